@@ -1,0 +1,237 @@
+"""The purgatory: delayed operations watched by key (core concept: watch lists; sans-IO).
+
+Theory of operation
+-------------------
+An operation that cannot complete at once is *watched* under each of its keys and *scheduled*
+in the timer. A signal on a key calls :meth:`DelayedOperationPurgatory.check_and_complete`,
+which tries every operation watching that key; the reaper calls :meth:`advance_clock`, which
+returns the operations whose deadline passed, for the executor to ``run()``. Completion is
+exactly-once (see :mod:`purgatory._core._operation`), so whichever path comes first wins.
+
+:meth:`try_complete_else_watch` checks, watches every key, then checks again: in Kafka the
+second check closes the race with a signal that lands between the first check and the watch.
+Here the core is single-threaded, but ``try_complete`` is user code that may consult state that
+changed while the keys were being watched, so the second check stays.
+
+An operation completed by one key still sits in the watch lists of its other keys; that is the
+classic memory leak of this design. Lists are cleaned when a key is checked, and a full purge of
+completed operations runs in :meth:`advance_clock` once more than ``purge_interval`` of them may
+be lingering (estimated, as in Kafka, by operations watched since the last purge minus those
+still pending). So :meth:`watched` may over-count until the purge; :meth:`num_delayed` is exact.
+
+Worked example (replayed by ``tests/core/test_purgatory.py``):
+
+================================  ===========================================================
+call                              effect
+================================  ===========================================================
+try_complete_else_watch(A, [x,y]) A waits for x and y, deadline 100: watched() == 2,
+                                  num_delayed() == 1, returns False
+try_complete_else_watch(B, [y])   B waits for y, deadline 50: watched() == 3, num_delayed() 2
+check_and_complete("x")           A is still missing y: returns 0
+check_and_complete("y")           A and B complete: returns 2; y is dropped; A lingers under
+                                  x, so watched() == 1 and num_delayed() == 0
+advance_clock(100)                nothing expires (both completed): returns []
+================================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from purgatory._core._errors import UsageError
+from purgatory._core._operation import DelayedOperation
+from purgatory._core._timer import Timer, TimerTask
+from purgatory._core._validate import check_key, check_positive_int
+
+__all__ = ["DelayedOperationPurgatory", "PurgatoryStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class PurgatoryStatistics:
+    """Counts describing a :class:`DelayedOperationPurgatory` at one instant."""
+
+    name: str
+    pending: int
+    watched: int
+    keys: int
+    completed: int
+    expired: int
+    cancelled: int
+    purged: int
+    purges: int
+
+
+class DelayedOperationPurgatory:
+    """Delayed operations watched by key and expired by a timer.
+
+    Args:
+        name: a label for statistics and logs.
+        timer: the timer to schedule deadlines in (a default ``Timer()`` if None).
+        purge_interval: how many completed operations may linger in watch lists before a purge.
+
+    Raises:
+        UsageError: (a ``ValueError``) naming the argument that is invalid.
+    """
+
+    def __init__(self, name: str, *, timer: Timer | None = None, purge_interval: int = 1000) -> None:
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"name must be a non-empty str, got {name!r}")
+        self.name = name
+        self.timer = timer if timer is not None else Timer()
+        self.purge_interval = check_positive_int("purge_interval", purge_interval, minimum=0)
+        self._watchers: dict[Hashable, list[DelayedOperation]] = {}
+        self._watched = 0
+        self._estimated_ops = 0
+        self._completed = 0
+        self._expired = 0
+        self._cancelled = 0
+        self._purged = 0
+        self._purges = 0
+
+    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+        """Complete ``op`` now if its condition holds; else watch it under ``keys`` and schedule it.
+
+        Args:
+            op: the operation.
+            keys: one or more watch keys (duplicates are watched once).
+
+        Returns:
+            True if ``op`` completed during this call.
+
+        Raises:
+            UsageError: (a ``ValueError``) if ``keys`` is empty or holds an invalid key.
+        """
+        unique = list(dict.fromkeys(check_key("keys[]", key) for key in keys))
+        if not unique:
+            raise UsageError("keys must hold at least one watch key")
+        if op.try_complete():
+            self._completed += 1
+            return True
+        watchers = self._watchers
+        for key in unique:
+            if op.is_done:
+                return False
+            lst = watchers.get(key)
+            if lst is None:
+                watchers[key] = [op]
+            else:
+                lst.append(op)
+            self._watched += 1
+        self._estimated_ops += 1
+        if op.try_complete():
+            self._completed += 1
+            return True
+        if not op.is_done:
+            self.timer.add(op)
+            if op.is_done:
+                op.cancel()
+        return False
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Try to complete every operation watching ``key``; drop completed ones from its list.
+
+        Returns:
+            How many operations this call completed.
+        """
+        lst = self._watchers.pop(key, None)
+        if lst is None:
+            return 0
+        completed = 0
+        survivors: list[DelayedOperation] = []
+        for op in lst:
+            if op.is_done:
+                continue
+            if op.try_complete():
+                completed += 1
+            elif not op.is_done:
+                survivors.append(op)
+        # try_complete may have watched new operations under this key meanwhile.
+        added = self._watchers.pop(key, None)
+        if added:
+            survivors.extend(added)
+        self._watched -= len(lst) + (len(added) if added else 0) - len(survivors)
+        if survivors:
+            self._watchers[key] = survivors
+        self._completed += completed
+        return completed
+
+    def cancel_for_key(self, key: Hashable) -> list[DelayedOperation]:
+        """Stop watching ``key``: remove its watchers and cancel their timers, completing none.
+
+        The operations are cancelled for good (``is_cancelled``): unlike Kafka, where they stay
+        completable through their other keys, they never complete nor expire afterwards, and
+        the purge drops them from their other keys' lists.
+
+        Returns:
+            The pending operations that were watching ``key``, now cancelled.
+        """
+        lst = self._watchers.pop(key, None)
+        if lst is None:
+            return []
+        self._watched -= len(lst)
+        cancelled = [op for op in lst if op.cancel_operation()]
+        self._cancelled += len(cancelled)
+        return cancelled
+
+    def watched(self) -> int:
+        """The sum of the watch lists' lengths (may over-count completed operations)."""
+        return self._watched
+
+    def num_delayed(self) -> int:
+        """The exact number of operations scheduled in the timer (pending)."""
+        return len(self.timer)
+
+    def watch_keys(self) -> list[Hashable]:
+        """The keys that currently have a watch list."""
+        return list(self._watchers)
+
+    def advance_clock(self, now_ms: int) -> list[TimerTask]:
+        """Advance the timer and return the expired tasks for the executor to ``run()``.
+
+        Afterwards, purge completed operations from every watch list if more than
+        ``purge_interval`` of them may be lingering.
+        """
+        expired = self.timer.advance_clock(now_ms)
+        self._expired += len(expired)
+        pending = len(self.timer)
+        if self._estimated_ops - pending > self.purge_interval:
+            self._estimated_ops = pending
+            self.purge_completed()
+        return expired
+
+    def purge_completed(self) -> int:
+        """Remove completed and cancelled operations from every watch list now.
+
+        Returns:
+            How many watch-list entries were removed.
+        """
+        removed = 0
+        watchers = self._watchers
+        for key in list(watchers):
+            lst = watchers[key]
+            alive = [op for op in lst if not op.is_done]
+            if len(alive) != len(lst):
+                removed += len(lst) - len(alive)
+                if alive:
+                    watchers[key] = alive
+                else:
+                    del watchers[key]
+        self._watched -= removed
+        self._purged += removed
+        self._purges += 1
+        return removed
+
+    def statistics(self) -> PurgatoryStatistics:
+        """A frozen record of the purgatory's counts."""
+        return PurgatoryStatistics(
+            name=self.name,
+            pending=len(self.timer),
+            watched=self._watched,
+            keys=len(self._watchers),
+            completed=self._completed,
+            expired=self._expired,
+            cancelled=self._cancelled,
+            purged=self._purged,
+            purges=self._purges,
+        )

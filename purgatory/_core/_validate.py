@@ -1,0 +1,63 @@
+"""Argument checks shared by the core's public constructors (core concept: validation).
+
+Each check raises :class:`UsageError` (a ``ValueError``) whose message starts with the
+argument's name, so a caller can always tell which argument was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from purgatory._core._errors import UsageError
+
+__all__ = ["MAX_TIME_MS", "check_key", "check_ms", "check_positive_int"]
+
+#: The largest time the core accepts: 9999-12-31T23:59:59.999Z in epoch milliseconds.
+#: Anything beyond is an absurd deadline (most likely seconds or microseconds mixed up).
+MAX_TIME_MS = 253_402_300_799_999
+
+
+def check_ms(name: str, value: object) -> int:
+    """Return ``value`` if it is an int time in ``[0, MAX_TIME_MS]``.
+
+    Raises:
+        UsageError: naming ``name`` when the value is not an int, negative or absurd.
+    """
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{name} must be an int of milliseconds, got {value!r}")
+    if value < 0:
+        raise UsageError(f"{name} must be >= 0 milliseconds, got {value}")
+    if value > MAX_TIME_MS:
+        raise UsageError(f"{name} must be <= {MAX_TIME_MS} ms (year 9999), got {value}")
+    return int(value)
+
+
+def check_positive_int(name: str, value: object, *, minimum: int = 1, maximum: int = 2**31) -> int:
+    """Return ``value`` if it is an int in ``[minimum, maximum]``.
+
+    Raises:
+        UsageError: naming ``name`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an int, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise UsageError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return int(value)
+
+
+def check_key(name: str, value: object) -> Hashable:
+    """Return ``value`` if it can be a watch key: hashable, and not an empty string.
+
+    Raises:
+        UsageError: naming ``name`` when the key is unhashable, None or empty.
+    """
+    if value is None:
+        raise UsageError(f"{name} must not be None")
+    try:
+        hash(value)
+    except TypeError:
+        raise UsageError(f"{name} must be hashable, got {type(value).__name__}") from None
+    if isinstance(value, str | bytes) and not value:
+        raise UsageError(f"{name} must not be empty")
+    return value
