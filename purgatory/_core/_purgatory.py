@@ -74,7 +74,9 @@ class DelayedOperationPurgatory:
         UsageError: (a ``ValueError``) naming the argument that is invalid.
     """
 
-    def __init__(self, name: str, *, timer: Timer | None = None, purge_interval: int = 1000) -> None:
+    def __init__(
+        self, name: str, *, timer: Timer | None = None, purge_interval: int = 1000
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise UsageError(f"name must be a non-empty str, got {name!r}")
         self.name = name

@@ -106,7 +106,9 @@ def test_exactly_one_outcome_under_every_interleaving(order: tuple[str, ...]) ->
             signalled.add("k")
             purgatory.check_and_complete("k")
         elif step == "expire":
-            expired.extend(t for t in purgatory.advance_clock(10) if isinstance(t, DelayedOperation))
+            expired.extend(
+                t for t in purgatory.advance_clock(10) if isinstance(t, DelayedOperation)
+            )
             for task in expired:
                 task.run()
         elif step == "cancel":
@@ -159,7 +161,7 @@ def test_completed_operations_are_purged_from_every_watch_list() -> None:
     for i, op in enumerate(ops):
         purgatory.try_complete_else_watch(op, [f"done{i}", "shared", f"side{i % 3}"])
     assert purgatory.watched() == 150
-    for i, op in enumerate(ops):
+    for i in range(len(ops)):
         signalled.add(f"done{i}")
         assert purgatory.check_and_complete(f"done{i}") == 1
     assert purgatory.watched() == 100  # the shared and side lists still hold them
@@ -222,7 +224,9 @@ class PurgatoryMachine(RuleBasedStateMachine):
         newly = [
             op
             for op, outcome in self.expected.items()
-            if outcome is None and op not in self.cancelled and key in op.needs
+            if outcome is None
+            and op not in self.cancelled
+            and key in op.needs
             and op.needs <= self.signalled
         ]
         assert completed == len(newly)
@@ -235,6 +239,7 @@ class PurgatoryMachine(RuleBasedStateMachine):
         for keys in self.live_keys.values():
             keys.discard(key)
         for op in cancelled:
+            assert isinstance(op, Barrier)
             assert self.expected[op] is None
             self.cancelled.add(op)
 
@@ -257,9 +262,7 @@ class PurgatoryMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.purgatory.num_delayed() > 0)
     @rule()
     def advance_exactly_to_next_deadline(self) -> None:
-        pending = [
-            op for op, o in self.expected.items() if o is None and op not in self.cancelled
-        ]
+        pending = [op for op, o in self.expected.items() if o is None and op not in self.cancelled]
         earliest = min(op.deadline_ms for op in pending)
         if earliest > self.now:
             self._advance(earliest - 1)
@@ -281,5 +284,7 @@ class PurgatoryMachine(RuleBasedStateMachine):
                 assert op.outcomes == []
 
 
-PurgatoryMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+PurgatoryMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=50, deadline=None
+)
 test_purgatory_against_model = PurgatoryMachine.TestCase
