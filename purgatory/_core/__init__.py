@@ -3,6 +3,15 @@
 Only the standard library is imported here (an import-linter contract checks it).
 """
 
+from purgatory._core._engine import (
+    ConflictError,
+    Engine,
+    EngineConfig,
+    EngineStatistics,
+    LimitError,
+    Registration,
+    RegistrationStatus,
+)
 from purgatory._core._errors import (
     BadRecordError,
     ConfigError,
@@ -11,23 +20,97 @@ from purgatory._core._errors import (
     TransportError,
     UsageError,
 )
+from purgatory._core._key_groups import (
+    MAX_KEY_GROUPS,
+    java_string_hash,
+    key_group_for,
+    key_group_range_for_operator,
+    murmur_hash,
+    operator_index_for_key_group,
+)
+from purgatory._core._keyed_timers import (
+    FiredTimer,
+    KeyedTimers,
+    KeyedTimersStatistics,
+    TimeDomain,
+)
+from purgatory._core._model import (
+    Condition,
+    OperationSpec,
+    Outcome,
+    OutcomeKind,
+    SignalFact,
+)
 from purgatory._core._operation import DelayedOperation
-from purgatory._core._purgatory import DelayedOperationPurgatory, PurgatoryStatistics
-from purgatory._core._timer import Timer, TimerStatistics, TimerTask
+from purgatory._core._purgatory import (
+    DelayedOperationPurgatory,
+    PurgatoryStatistics,
+)
+from purgatory._core._snapshot import (
+    SNAPSHOT_VERSION,
+    restore_engine,
+    snapshot_engine,
+)
+from purgatory._core._timer import (
+    Timer,
+    TimerStatistics,
+    TimerTask,
+)
+from purgatory._core._ttl_state import (
+    CleanupStrategy,
+    StateVisibility,
+    TtlConfig,
+    TtlEntry,
+    TtlState,
+    TtlStatistics,
+    UpdateType,
+)
 from purgatory._core._validate import MAX_TIME_MS
 
 __all__ = [
+    "MAX_KEY_GROUPS",
     "MAX_TIME_MS",
+    "SNAPSHOT_VERSION",
     "BadRecordError",
+    "CleanupStrategy",
+    "Condition",
     "ConfigError",
+    "ConflictError",
     "DelayedOperation",
     "DelayedOperationPurgatory",
+    "Engine",
+    "EngineConfig",
+    "EngineStatistics",
+    "FiredTimer",
     "InvariantError",
+    "KeyedTimers",
+    "KeyedTimersStatistics",
+    "LimitError",
+    "OperationSpec",
+    "Outcome",
+    "OutcomeKind",
     "PurgatoryError",
     "PurgatoryStatistics",
+    "Registration",
+    "RegistrationStatus",
+    "SignalFact",
+    "StateVisibility",
+    "TimeDomain",
     "Timer",
     "TimerStatistics",
     "TimerTask",
     "TransportError",
+    "TtlConfig",
+    "TtlEntry",
+    "TtlState",
+    "TtlStatistics",
+    "UpdateType",
     "UsageError",
+    "java_string_hash",
+    "key_group_for",
+    "key_group_range_for_operator",
+    "murmur_hash",
+    "operator_index_for_key_group",
+    "restore_engine",
+    "snapshot_engine",
 ]

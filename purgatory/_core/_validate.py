@@ -23,9 +23,8 @@ def check_ms(name: str, value: object) -> int:
     Raises:
         UsageError: naming ``name`` when the value is not an int, negative or absurd.
     """
-    if type(value) is not int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{name} must be an int of milliseconds, got {value!r}")
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise UsageError(f"{name} must be an int of milliseconds, got {value!r}")
     if value < 0:
         raise UsageError(f"{name} must be >= 0 milliseconds, got {value}")
     if value > MAX_TIME_MS:

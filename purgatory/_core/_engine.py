@@ -1,0 +1,450 @@
+"""The declarative engine (core concept: operations over signals; sans-IO, stdlib only).
+
+The engine is what the service drives: it turns :class:`OperationSpec` registrations, signals,
+watermarks and cancels into exactly one :class:`Outcome` per operation. It composes the parts of
+the core and adds nothing that needs I/O:
+
+* a :class:`DelayedOperationPurgatory` watches each operation under ``(scope, key)`` for each of
+  its keys and holds processing-time deadlines in its timing wheel;
+* a :class:`TtlState` remembers signals, so a signal that arrives before its waiter counts;
+* :class:`KeyedTimers` hold event-time deadlines against each scope's monotonic watermark;
+* a second :class:`TtlState` remembers finished operations for idempotent re-registration.
+
+Time rules, so that outcomes are right to the millisecond whatever the delivery lag: a
+processing-time operation is expired, not completed, once ``now_ms >= deadline_ms`` even if its
+expiry has not run yet; an event-time one once the scope's watermark reaches its deadline. An
+operation whose deadline already passed when it registers expires at the next step, never inside
+the register call. Outcomes leave through ``emit`` (by default an outbox the shell drains with
+:meth:`Engine.drain_outcomes`) in the order they happen; each carries a sequence number that
+increases across the engine's life, restarts included.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from purgatory._core._errors import UsageError
+from purgatory._core._keyed_timers import KeyedTimers, TimeDomain
+from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core._operation import DelayedOperation
+from purgatory._core._purgatory import DelayedOperationPurgatory
+from purgatory._core._timer import Timer, TimerTask
+from purgatory._core._ttl_state import TtlConfig, TtlState
+from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
+
+__all__ = [
+    "ConflictError",
+    "Engine",
+    "EngineConfig",
+    "EngineStatistics",
+    "LimitError",
+    "Registration",
+    "RegistrationStatus",
+]
+
+_DEADLINE = "deadline"  # the keyed-timer namespace of event-time deadlines
+_DAY_MS = 86_400_000
+_DEFAULT_SIGNAL_TTL = TtlConfig(ttl_ms=7 * _DAY_MS)
+
+
+class ConflictError(UsageError):
+    """An operation id was reused with a different body (HTTP 409)."""
+
+
+class LimitError(UsageError):
+    """A configured limit would be exceeded (HTTP 429); nothing was changed."""
+
+
+class RegistrationStatus(enum.StrEnum):
+    """What :meth:`Engine.register` did."""
+
+    PENDING = "pending"  # new, waiting
+    COMPLETED = "completed"  # new, satisfied at once by remembered signals
+    DUPLICATE = "duplicate"  # the same spec was registered before: nothing changed
+    REARMED = "rearmed"  # a timer moved to its new deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """The answer to a registration: its status and, once finished, the outcome."""
+
+    status: RegistrationStatus
+    outcome: Outcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Tuning and limits of the engine; every field is validated and named in errors."""
+
+    tick_ms: int = 1
+    wheel_size: int = 512
+    purge_interval: int = 1000
+    signal_ttl: TtlConfig = _DEFAULT_SIGNAL_TTL
+    outcome_ttl_ms: int = _DAY_MS
+    max_fire_per_step: int = 10_000
+    max_pending: int = 10_000_000
+    max_pending_per_scope: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        check_positive_int("tick_ms", self.tick_ms, maximum=MAX_TIME_MS)
+        check_positive_int("wheel_size", self.wheel_size, minimum=2, maximum=1 << 20)
+        check_positive_int("purge_interval", self.purge_interval, minimum=0)
+        if not isinstance(self.signal_ttl, TtlConfig):
+            raise UsageError("signal_ttl must be a TtlConfig")
+        check_positive_int("outcome_ttl_ms", self.outcome_ttl_ms, maximum=MAX_TIME_MS)
+        check_positive_int("max_fire_per_step", self.max_fire_per_step)
+        check_positive_int("max_pending", self.max_pending, maximum=1 << 40)
+        check_positive_int("max_pending_per_scope", self.max_pending_per_scope, maximum=1 << 40)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    """Counts describing the engine at one instant."""
+
+    pending: int
+    watched: int
+    watch_keys: int
+    timer_buckets: int
+    timer_levels: int
+    signals: int
+    scopes_with_watermark: int
+    completed: int
+    expired: int
+    cancelled: int
+    purged: int
+    late: int
+    sequence: int
+    clock_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    spec: OperationSpec
+    outcome: Outcome
+
+
+class _Op(DelayedOperation):
+    """One registered operation; its outcome is decided by the engine's clock."""
+
+    __slots__ = ("engine", "expiring", "late", "outcome", "registered_ms", "spec")
+
+    def __init__(self, engine: Engine, spec: OperationSpec, registered_ms: int, late: bool) -> None:
+        in_wheel = spec.time_domain is TimeDomain.PROCESSING_TIME
+        super().__init__(deadline_ms=spec.deadline_ms if in_wheel else MAX_TIME_MS)
+        self.engine = engine
+        self.spec = spec
+        self.registered_ms = registered_ms
+        self.late = late
+        self.expiring = False
+        self.outcome: Outcome | None = None
+
+    def try_complete(self) -> bool:
+        if self.engine._deadline_passed(self.spec):
+            return False  # too late: it expires at the next step instead
+        if self.engine._signalled_count(self.spec) >= self.spec.needed:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        kind = OutcomeKind.EXPIRED if self.expiring else OutcomeKind.COMPLETED
+        self.engine._finish(self, kind)
+
+    def run(self) -> None:
+        self.expiring = True
+        super().run()
+
+
+class Engine:
+    """Declarative delayed operations over signals, told the time in integer milliseconds.
+
+    Args:
+        config: tuning and limits.
+        start_ms: the clock's initial time (epoch ms in the service).
+        emit: called with each outcome as it happens; by default outcomes queue in an outbox.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        start_ms: int = 0,
+        emit: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self.config = config if config is not None else EngineConfig()
+        self._now = check_ms("start_ms", start_ms)
+        wheel = Timer(
+            tick_ms=self.config.tick_ms, wheel_size=self.config.wheel_size, start_ms=self._now
+        )
+        self.purgatory = DelayedOperationPurgatory(
+            "operations", timer=wheel, purge_interval=self.config.purge_interval
+        )
+        self.keyed = KeyedTimers(max_fire_per_poll=self.config.max_fire_per_step)
+        self.signals: TtlState[tuple[str, str], SignalFact] = TtlState(self.config.signal_ttl)
+        self.finished: TtlState[tuple[str, str], _Finished] = TtlState(
+            TtlConfig(ttl_ms=self.config.outcome_ttl_ms)
+        )
+        self._ops: dict[tuple[str, str], _Op] = {}
+        self._pending_by_scope: dict[str, int] = {}
+        self._outbox: list[Outcome] = []
+        self._emit = emit if emit is not None else self._outbox.append
+        self._sequence = 0
+        self._counts = dict.fromkeys(OutcomeKind, 0)
+        self._late = 0
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def register(self, spec: OperationSpec, *, now_ms: int) -> Registration:
+        """Register an operation (idempotent for the same spec; timers re-arm).
+
+        Raises:
+            ConflictError: the id is pending or finished with a different spec.
+            LimitError: a pending limit would be exceeded.
+            UsageError: ``spec`` or ``now_ms`` is invalid.
+        """
+        if not isinstance(spec, OperationSpec):
+            raise UsageError(f"spec must be an OperationSpec, got {type(spec).__name__}")
+        now = self._tick(now_ms)
+        ident = (spec.scope, spec.op_id)
+        current = self._ops.get(ident)
+        if current is not None:
+            if current.spec == spec:
+                return Registration(RegistrationStatus.DUPLICATE)
+            if spec.is_timer and current.spec.is_timer and _same_but_deadline(current.spec, spec):
+                self._rearm(current, spec)
+                return Registration(RegistrationStatus.REARMED)
+            raise ConflictError(
+                f"op_id {spec.op_id!r} is pending in scope {spec.scope!r} with another body"
+            )
+        done = self.finished.get(ident, now_ms=now)
+        if done is not None and not (spec.is_timer and done.spec.deadline_ms != spec.deadline_ms):
+            if done.spec == spec:
+                return Registration(RegistrationStatus.DUPLICATE, done.outcome)
+            raise ConflictError(
+                f"op_id {spec.op_id!r} finished in scope {spec.scope!r} with another body"
+            )
+        self._check_limits(spec.scope)
+        op = self._add(spec, registered_ms=now, late=False)
+        if op.outcome is not None:
+            return Registration(RegistrationStatus.COMPLETED, op.outcome)
+        return Registration(RegistrationStatus.PENDING)
+
+    def signal(
+        self,
+        scope: str,
+        key: str,
+        *,
+        now_ms: int,
+        event_time_ms: int | None = None,
+        payload: str | None = None,
+    ) -> int:
+        """Remember that ``key`` happened in ``scope`` and complete what it satisfies.
+
+        Returns:
+            How many operations this signal completed.
+        """
+        fact = SignalFact(self._tick(now_ms), _opt_ms("event_time_ms", event_time_ms), payload)
+        ident = (_text("scope", scope), _text("key", key))
+        if payload is not None and not isinstance(payload, str):
+            raise UsageError("payload must be a str or None")
+        self.signals.put(ident, fact, now_ms=self._now)
+        return self.purgatory.check_and_complete(ident)
+
+    def advance_watermark(self, scope: str, watermark_ms: int) -> bool:
+        """Move ``scope``'s event-time watermark forward (a backward one is a no-op).
+
+        Event-time deadlines it passes expire at the next :meth:`advance_clock`.
+        """
+        return self.keyed.advance_watermark(scope, watermark_ms)
+
+    def cancel(self, scope: str, op_id: str, *, now_ms: int) -> Outcome | None:
+        """Cancel a pending operation. Returns its ``cancelled`` outcome, or None if not pending."""
+        self._tick(now_ms)
+        op = self._ops.get((scope, op_id))
+        if op is None or not op.cancel_operation():
+            return None
+        return self._finish(op, OutcomeKind.CANCELLED)
+
+    # -- the clock -----------------------------------------------------------------------------
+
+    def advance_clock(self, now_ms: int) -> list[TimerTask]:
+        """Move the clock; return the operations to expire (the executor calls ``run()``).
+
+        Work is bounded by ``max_fire_per_step`` (plus one bucket): overdue operations after a
+        restore come back over several steps, earliest first.
+        """
+        now = self._tick(now_ms)
+        self.signals.advance_clock(now)
+        self.finished.advance_clock(now)
+        budget = self.config.max_fire_per_step
+        due: list[TimerTask] = []
+        timer = self.purgatory.timer
+        while len(due) < budget:
+            nxt = timer.next_expiration_ms()
+            if nxt is None or nxt > now:
+                due.extend(self.purgatory.advance_clock(now))  # nothing is due: moves the wheel
+                break
+            due.extend(self.purgatory.advance_clock(nxt))
+        for fired in self.keyed.poll(now):
+            op = self._ops.get((fired.scope, fired.key))
+            if op is not None and op.spec.deadline_ms == fired.timestamp_ms:
+                due.append(op)
+        return due
+
+    def next_expiration_ms(self) -> int | None:
+        """When :meth:`advance_clock` has work next (signal and outcome expiry included)."""
+        times = [
+            self.purgatory.timer.next_expiration_ms(),
+            self.keyed.next_expiration_ms(self._now),
+            self.signals.next_expiration_ms(),
+            self.finished.next_expiration_ms(),
+        ]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def clock_ms(self) -> int:
+        """The latest time the engine was told."""
+        return self._now
+
+    def drain_outcomes(self) -> list[Outcome]:
+        """Take the outcomes queued in the default outbox."""
+        out, self._outbox[:] = list(self._outbox), []
+        return out
+
+    def lookup(self, scope: str, op_id: str) -> tuple[OperationSpec, Outcome | None] | None:
+        """The spec and (if finished) the outcome of an operation, or None if unknown."""
+        op = self._ops.get((scope, op_id))
+        if op is not None:
+            return op.spec, None
+        done = self.finished.get((scope, op_id), now_ms=self._now)
+        return (done.spec, done.outcome) if done is not None else None
+
+    def pending(self, scope: str | None = None) -> list[OperationSpec]:
+        """Pending operations (of one scope, or all) in registration order."""
+        return [op.spec for (s, _), op in self._ops.items() if scope is None or s == scope]
+
+    def statistics(self) -> EngineStatistics:
+        """A frozen record of the engine's counts."""
+        p = self.purgatory.statistics()
+        t = self.purgatory.timer.statistics()
+        return EngineStatistics(
+            pending=len(self._ops),
+            watched=p.watched,
+            watch_keys=p.keys,
+            timer_buckets=t.buckets,
+            timer_levels=t.levels,
+            signals=len(self.signals),
+            scopes_with_watermark=len(self.keyed.watermarks()),
+            completed=self._counts[OutcomeKind.COMPLETED],
+            expired=self._counts[OutcomeKind.EXPIRED],
+            cancelled=self._counts[OutcomeKind.CANCELLED],
+            purged=p.purged,
+            late=self._late,
+            sequence=self._sequence,
+            clock_ms=self._now,
+        )
+
+    # -- internals (also used by the snapshot module) ------------------------------------------
+
+    def _tick(self, now_ms: int) -> int:
+        now = check_ms("now_ms", now_ms)
+        self._now = max(self._now, now)
+        return self._now
+
+    def _check_limits(self, scope: str) -> None:
+        if len(self._ops) >= self.config.max_pending:
+            raise LimitError(f"max_pending ({self.config.max_pending}) operations are pending")
+        if self._pending_by_scope.get(scope, 0) >= self.config.max_pending_per_scope:
+            limit = self.config.max_pending_per_scope
+            raise LimitError(f"max_pending_per_scope ({limit}) reached in scope {scope!r}")
+
+    def _add(self, spec: OperationSpec, *, registered_ms: int, late: bool) -> _Op:
+        op = _Op(self, spec, registered_ms, late)
+        ident = (spec.scope, spec.op_id)
+        self._ops[ident] = op
+        self._pending_by_scope[spec.scope] = self._pending_by_scope.get(spec.scope, 0) + 1
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self.keyed.register_event_time_timer(
+                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
+            )
+        if spec.keys:
+            self.purgatory.try_complete_else_watch(op, [(spec.scope, k) for k in spec.keys])
+        elif spec.time_domain is TimeDomain.PROCESSING_TIME:
+            self.purgatory.timer.add(op)
+        return op
+
+    def _rearm(self, op: _Op, spec: OperationSpec) -> None:
+        old = op.spec
+        op.spec = spec
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self.keyed.delete_event_time_timer(old.scope, old.op_id, _DEADLINE, old.deadline_ms)
+            self.keyed.register_event_time_timer(
+                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
+            )
+        else:
+            op.deadline_ms = spec.deadline_ms  # moves it in the wheel
+
+    def _deadline_passed(self, spec: OperationSpec) -> bool:
+        if spec.time_domain is TimeDomain.PROCESSING_TIME:
+            return self._now >= spec.deadline_ms
+        watermark = self.keyed.current_watermark(spec.scope)
+        return watermark is not None and watermark >= spec.deadline_ms
+
+    def _signalled_count(self, spec: OperationSpec) -> int:
+        get, scope, now = self.signals.get, spec.scope, self._now
+        return sum(1 for key in spec.keys if get((scope, key), now_ms=now) is not None)
+
+    def _finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
+        spec = op.spec
+        ident = (spec.scope, spec.op_id)
+        del self._ops[ident]
+        left = self._pending_by_scope[spec.scope] - 1
+        if left:
+            self._pending_by_scope[spec.scope] = left
+        else:
+            del self._pending_by_scope[spec.scope]
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self.keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
+        facts = {k: self.signals.get((spec.scope, k), now_ms=self._now) for k in spec.keys}
+        self._sequence += 1
+        self._counts[kind] += 1
+        late = op.late and kind is OutcomeKind.EXPIRED
+        self._late += late
+        outcome = Outcome(
+            op_id=spec.op_id,
+            scope=spec.scope,
+            outcome=kind,
+            registered_ms=op.registered_ms,
+            outcome_ms=self._now,
+            deadline_ms=spec.deadline_ms,
+            time_domain=spec.time_domain,
+            sequence=self._sequence,
+            keys=tuple(k for k, f in facts.items() if f is not None),
+            missing=tuple(k for k, f in facts.items() if f is None),
+            signals={k: f.payload for k, f in facts.items() if f is not None},
+            payload=spec.payload,
+            reply_to=spec.reply_to,
+            late=late,
+        )
+        op.outcome = outcome
+        self.finished.put(ident, _Finished(spec, outcome), now_ms=self._now)
+        self._emit(outcome)
+        return outcome
+
+
+def _same_but_deadline(a: OperationSpec, b: OperationSpec) -> bool:
+    return a.time_domain == b.time_domain and a.payload == b.payload and a.reply_to == b.reply_to
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{name} must be a non-empty str, got {value!r}")
+    return value
+
+
+def _opt_ms(name: str, value: int | None) -> int | None:
+    return None if value is None else check_ms(name, value)
