@@ -55,13 +55,18 @@ from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
 __all__ = ["Timer", "TimerStatistics", "TimerTask"]
 
 _NOT_QUEUED = -1
+_ABSENT = object()
 _NEAR_LEVEL = -1
 _BY_SEQ = attrgetter("_seq")
 _BY_DEADLINE = attrgetter("_deadline_ms")
 
 
-class _Bucket(dict["TimerTask", None]):
-    """One slot of one wheel level: an insertion-ordered set of tasks."""
+class _Bucket(dict["TimerTask", object]):
+    """One slot of one wheel level: an insertion-ordered set of tasks.
+
+    Values are unused (None), except in the near bucket, where each task maps to the sequence
+    number of its entry in the near heap, so stale heap entries are recognised in O(1).
+    """
 
     __slots__ = ("expiration_ms", "level", "serial", "timer")
 
@@ -99,21 +104,24 @@ class TimerTask:
     def deadline_ms(self, value: int) -> None:
         self._deadline_ms = check_ms("deadline_ms", value)
         bucket = self._bucket
-        if bucket is not None:
+        if bucket is not None and self in bucket:
             bucket.timer.add(self)
 
     @property
     def is_scheduled(self) -> bool:
         """True while the task sits in a timer (added, not yet returned or cancelled)."""
-        return self._bucket is not None
+        bucket = self._bucket
+        return bucket is not None and self in bucket
 
     def cancel(self) -> None:
         """Remove the task from its timer in O(1); a no-op when it is not scheduled."""
+        # A task returned by advance_clock keeps a stale reference to the bucket it left
+        # (clearing it per task would cost the expiry path), so membership decides.
         bucket = self._bucket
         if bucket is not None:
-            del bucket[self]
             self._bucket = None
-            bucket.timer._size -= 1
+            if bucket.pop(self, _ABSENT) is not _ABSENT:
+                bucket.timer._size -= 1
 
     def run(self) -> None:
         """What to do when the task is due; the executor calls it. Override it."""
@@ -196,21 +204,22 @@ class Timer:
         now = check_ms("now_ms", now_ms)
         due: list[TimerTask] = []
         queue = self._queue
+        exact = self._tick0 == 1
         while queue and queue[0][0] <= now:
             expiration, _, bucket = heappop(queue)
             bucket.expiration_ms = _NOT_QUEUED
             if not bucket:
                 continue
+            if exact and bucket.level == 0:
+                # Every task of a 1 ms bucket is due: no clock move, no re-insertion.
+                due.extend(bucket)
+                bucket.clear()
+                continue
             if expiration > self._clock_ms:
                 self._set_clock(expiration)
             tasks = list(bucket)
             bucket.clear()
-            if bucket.level == 0 and self._tick0 == 1:
-                for task in tasks:
-                    task._bucket = None
-                due.extend(tasks)
-            else:
-                self._cascade(tasks, now, due)
+            self._cascade(tasks, now, due)
         if now > self._clock_ms:
             self._set_clock(now)
         near_heap = self._near_heap
@@ -218,9 +227,8 @@ class Timer:
             near = self._near
             while near_heap and near_heap[0][0] <= now:
                 _, seq, task = heappop(near_heap)
-                if task._bucket is near and task._seq == seq:
+                if near.get(task) == seq:
                     del near[task]
-                    task._bucket = None
                     due.append(task)
         self._size -= len(due)
         self._fired += len(due)
@@ -241,9 +249,7 @@ class Timer:
             heappop(queue)[2].expiration_ms = _NOT_QUEUED
         near_heap = self._near_heap
         near = self._near
-        while near_heap and not (
-            near_heap[0][2]._bucket is near and near_heap[0][2]._seq == near_heap[0][1]
-        ):
+        while near_heap and near.get(near_heap[0][2]) != near_heap[0][1]:
             heappop(near_heap)
         best = queue[0][0] if queue else None
         if near_heap and (best is None or near_heap[0][0] < best):
@@ -278,7 +284,7 @@ class Timer:
             currents[level] = time_ms - time_ms % tick
 
     def _add_near(self, task: TimerTask) -> None:
-        self._near[task] = None
+        self._near[task] = task._seq
         task._bucket = self._near
         heappush(self._near_heap, (task._deadline_ms, task._seq, task))
 
@@ -302,13 +308,25 @@ class Timer:
 
     def _cascade(self, tasks: list[TimerTask], now: int, due: list[TimerTask]) -> None:
         """Re-insert the tasks of an expired bucket relative to the (moved) clock."""
-        near_limit = self._currents[0] + self._tick0
+        tick0 = self._tick0
+        near_limit = self._currents[0] + tick0
+        level0_end = self._currents[0] + self._spans[0]
+        wheel0, size, queue = self._wheels[0], self._wheel_size, self._queue
         for task in tasks:
             deadline = task._deadline_ms
-            if deadline >= near_limit:
+            if deadline >= level0_end:
                 self._insert(task, deadline)
+            elif deadline >= near_limit:
+                # _insert inlined for level 0, where nearly every cascaded task lands.
+                slot = deadline // tick0
+                bucket = wheel0[slot % size]
+                bucket[task] = None
+                task._bucket = bucket
+                expiration = slot * tick0
+                if bucket.expiration_ms != expiration:
+                    bucket.expiration_ms = expiration
+                    heappush(queue, (expiration, bucket.serial, bucket))
             elif deadline <= now:
-                task._bucket = None
                 due.append(task)
             else:
                 self._add_near(task)
