@@ -188,6 +188,10 @@ class DelayedOperationPurgatory:
         """The keys that currently have a watch list."""
         return list(self._watchers)
 
+    def next_expiration_ms(self) -> int | None:
+        """When the reaper must wake next: the timer's earliest bucket (None when empty)."""
+        return self.timer.next_expiration_ms()
+
     def advance_clock(self, now_ms: int) -> list[TimerTask]:
         """Advance the timer and return the expired tasks for the executor to ``run()``.
 

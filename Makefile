@@ -1,0 +1,36 @@
+# One venv, installed from this project's own files; every target installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo check test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job, end to end on embedded defaults.
+demo: $(STAMP)
+	$(BIN)/purgatory demo
+
+## The gate: format, lint, types, import contracts, the whole test suite (what CI runs).
+check: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest
+
+test: check
+
+## Benchmarks beside their baselines; writes docs/bench-results.json and the plot.
+bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
