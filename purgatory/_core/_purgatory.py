@@ -40,11 +40,16 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from purgatory._core._errors import UsageError
-from purgatory._core._operation import DelayedOperation
+from purgatory._core._operation import _PENDING, DelayedOperation
 from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._validate import check_key, check_positive_int
+from purgatory._core._validate import check_positive_int
 
 __all__ = ["DelayedOperationPurgatory", "PurgatoryStatistics"]
+
+#: A wider wheel than Kafka's 20 slots: in CPython a cascade costs bytecode, memory is cheap
+#: (an empty level is 512 small dicts), and 512 slots of 1 ms cover deadlines up to 37 hours in
+#: three levels.
+_DEFAULT_WHEEL_SIZE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class DelayedOperationPurgatory:
 
     Args:
         name: a label for statistics and logs.
-        timer: the timer to schedule deadlines in (a default ``Timer()`` if None).
+        timer: the timer to schedule deadlines in (``Timer(wheel_size=512)`` if None).
         purge_interval: how many completed operations may linger in watch lists before a purge.
 
     Raises:
@@ -80,7 +85,7 @@ class DelayedOperationPurgatory:
         if not isinstance(name, str) or not name:
             raise UsageError(f"name must be a non-empty str, got {name!r}")
         self.name = name
-        self.timer = timer if timer is not None else Timer()
+        self.timer = timer if timer is not None else Timer(wheel_size=_DEFAULT_WHEEL_SIZE)
         self.purge_interval = check_positive_int("purge_interval", purge_interval, minimum=0)
         self._watchers: dict[Hashable, list[DelayedOperation]] = {}
         self._watched = 0
@@ -104,15 +109,13 @@ class DelayedOperationPurgatory:
         Raises:
             UsageError: (a ``ValueError``) if ``keys`` is empty or holds an invalid key.
         """
-        unique = list(dict.fromkeys(check_key("keys[]", key) for key in keys))
-        if not unique:
-            raise UsageError("keys must hold at least one watch key")
+        unique = _unique_keys(keys)
         if op.try_complete():
             self._completed += 1
             return True
         watchers = self._watchers
         for key in unique:
-            if op.is_done:
+            if op._state != _PENDING:
                 return False
             lst = watchers.get(key)
             if lst is None:
@@ -124,9 +127,9 @@ class DelayedOperationPurgatory:
         if op.try_complete():
             self._completed += 1
             return True
-        if not op.is_done:
+        if op._state == _PENDING:
             self.timer.add(op)
-            if op.is_done:
+            if op._state != _PENDING:
                 op.cancel()
         return False
 
@@ -142,11 +145,11 @@ class DelayedOperationPurgatory:
         completed = 0
         survivors: list[DelayedOperation] = []
         for op in lst:
-            if op.is_done:
+            if op._state != _PENDING:
                 continue
             if op.try_complete():
                 completed += 1
-            elif not op.is_done:
+            elif op._state == _PENDING:
                 survivors.append(op)
         # try_complete may have watched new operations under this key meanwhile.
         added = self._watchers.pop(key, None)
@@ -196,12 +199,17 @@ class DelayedOperationPurgatory:
         """Advance the timer and return the expired tasks for the executor to ``run()``.
 
         Afterwards, purge completed operations from every watch list if more than
-        ``purge_interval`` of them may be lingering.
+        ``purge_interval`` of them may be lingering, and at least as many as are pending.
         """
         expired = self.timer.advance_clock(now_ms)
         self._expired += len(expired)
         pending = len(self.timer)
-        if self._estimated_ops - pending > self.purge_interval:
+        # Kafka purges as soon as purge_interval operations may linger; with many pending
+        # operations each purge (a pass over every watch list) then costs far more than the
+        # completions that made it necessary. Waiting until the lingering ones also outnumber
+        # the pending ones keeps a purge's cost proportional to what it removes, and bounds
+        # the memory they hold by that of the live ones.
+        if self._estimated_ops - pending > max(self.purge_interval, pending):
             self._estimated_ops = pending
             self.purge_completed()
         return expired
@@ -216,7 +224,7 @@ class DelayedOperationPurgatory:
         watchers = self._watchers
         for key in list(watchers):
             lst = watchers[key]
-            alive = [op for op in lst if not op.is_done]
+            alive = [op for op in lst if op._state == _PENDING]
             if len(alive) != len(lst):
                 removed += len(lst) - len(alive)
                 if alive:
@@ -241,3 +249,18 @@ class DelayedOperationPurgatory:
             purged=self._purged,
             purges=self._purges,
         )
+
+
+def _unique_keys(keys: Iterable[Hashable]) -> list[Hashable]:
+    """The keys without repeats, in order; raises UsageError naming ``keys`` if one is invalid."""
+    if isinstance(keys, str | bytes):
+        raise UsageError("keys must be a collection of watch keys, not a single str or bytes")
+    try:
+        unique = list(dict.fromkeys(keys))
+    except TypeError:
+        raise UsageError("keys must hold hashable watch keys") from None
+    if not unique:
+        raise UsageError("keys must hold at least one watch key")
+    if None in unique or "" in unique or b"" in unique:
+        raise UsageError("keys must not hold None or an empty key")
+    return unique

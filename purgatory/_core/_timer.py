@@ -68,11 +68,12 @@ class _Bucket(dict["TimerTask", object]):
     number of its entry in the near heap, so stale heap entries are recognised in O(1).
     """
 
-    __slots__ = ("expiration_ms", "level", "serial", "timer")
+    __slots__ = ("cascaded", "expiration_ms", "level", "serial", "timer")
 
     def __init__(self, timer: Timer, level: int, serial: int) -> None:
         super().__init__()
         self.timer = timer
+        self.cascaded = False  # received tasks from a coarser level: may be out of add order
         self.level = level
         self.serial = serial
         self.expiration_ms = _NOT_QUEUED
@@ -205,6 +206,10 @@ class Timer:
         due: list[TimerTask] = []
         queue = self._queue
         exact = self._tick0 == 1
+        # 1 ms buckets pop in deadline order, each holding one deadline, so their
+        # concatenation needs no sort unless a bucket received cascaded tasks (whose add order
+        # may differ) or tasks come from elsewhere.
+        in_order = exact
         while queue and queue[0][0] <= now:
             expiration, _, bucket = heappop(queue)
             bucket.expiration_ms = _NOT_QUEUED
@@ -212,6 +217,8 @@ class Timer:
                 continue
             if exact and bucket.level == 0:
                 # Every task of a 1 ms bucket is due: no clock move, no re-insertion.
+                if bucket.cascaded:
+                    bucket.cascaded = in_order = False
                 due.extend(bucket)
                 bucket.clear()
                 continue
@@ -219,12 +226,15 @@ class Timer:
                 self._set_clock(expiration)
             tasks = list(bucket)
             bucket.clear()
-            self._cascade(tasks, now, due)
+            if self._cascade(tasks, now, due):
+                in_order = False
         if now > self._clock_ms:
             self._set_clock(now)
         near_heap = self._near_heap
         if near_heap and near_heap[0][0] <= now:
             near = self._near
+            if due:
+                in_order = False
             while near_heap and near_heap[0][0] <= now:
                 _, seq, task = heappop(near_heap)
                 if near.get(task) == seq:
@@ -232,7 +242,7 @@ class Timer:
                     due.append(task)
         self._size -= len(due)
         self._fired += len(due)
-        if len(due) > 1:
+        if not in_order and len(due) > 1:
             due.sort(key=_BY_SEQ)
             due.sort(key=_BY_DEADLINE)
         return due
@@ -306,8 +316,13 @@ class Timer:
             bucket.expiration_ms = expiration
             heappush(self._queue, (expiration, bucket.serial, bucket))
 
-    def _cascade(self, tasks: list[TimerTask], now: int, due: list[TimerTask]) -> None:
-        """Re-insert the tasks of an expired bucket relative to the (moved) clock."""
+    def _cascade(self, tasks: list[TimerTask], now: int, due: list[TimerTask]) -> bool:
+        """Re-insert the tasks of an expired bucket relative to the (moved) clock.
+
+        Returns:
+            True if some of them were due and appended to ``due``.
+        """
+        appended = False
         tick0 = self._tick0
         near_limit = self._currents[0] + tick0
         level0_end = self._currents[0] + self._spans[0]
@@ -321,6 +336,7 @@ class Timer:
                 slot = deadline // tick0
                 bucket = wheel0[slot % size]
                 bucket[task] = None
+                bucket.cascaded = True
                 task._bucket = bucket
                 expiration = slot * tick0
                 if bucket.expiration_ms != expiration:
@@ -328,5 +344,7 @@ class Timer:
                     heappush(queue, (expiration, bucket.serial, bucket))
             elif deadline <= now:
                 due.append(task)
+                appended = True
             else:
                 self._add_near(task)
+        return appended

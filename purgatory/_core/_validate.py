@@ -6,11 +6,9 @@ argument's name, so a caller can always tell which argument was wrong.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from purgatory._core._errors import UsageError
 
-__all__ = ["MAX_TIME_MS", "check_key", "check_ms", "check_positive_int"]
+__all__ = ["MAX_TIME_MS", "check_ms", "check_positive_int"]
 
 #: The largest time the core accepts: 9999-12-31T23:59:59.999Z in epoch milliseconds.
 #: Anything beyond is an absurd deadline (most likely seconds or microseconds mixed up).
@@ -43,20 +41,3 @@ def check_positive_int(name: str, value: object, *, minimum: int = 1, maximum: i
     if not minimum <= value <= maximum:
         raise UsageError(f"{name} must be between {minimum} and {maximum}, got {value}")
     return int(value)
-
-
-def check_key(name: str, value: object) -> Hashable:
-    """Return ``value`` if it can be a watch key: hashable, and not an empty string.
-
-    Raises:
-        UsageError: naming ``name`` when the key is unhashable, None or empty.
-    """
-    if value is None:
-        raise UsageError(f"{name} must not be None")
-    try:
-        hash(value)
-    except TypeError:
-        raise UsageError(f"{name} must be hashable, got {type(value).__name__}") from None
-    if isinstance(value, str | bytes) and not value:
-        raise UsageError(f"{name} must not be empty")
-    return value

@@ -288,3 +288,31 @@ PurgatoryMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=50, deadline=None
 )
 test_purgatory_against_model = PurgatoryMachine.TestCase
+
+
+def test_purge_waits_until_lingering_operations_outnumber_pending_ones() -> None:
+    purgatory = DelayedOperationPurgatory("p", purge_interval=5)
+    signalled: set[Hashable] = set()
+    ops = [Barrier(1_000, {f"done{i}"}, signalled) for i in range(40)]
+    for i, op in enumerate(ops):
+        purgatory.try_complete_else_watch(op, [f"done{i}", "shared"])
+    for i in range(15):  # 15 lingering in "shared" > purge_interval, but < 25 pending
+        signalled.add(f"done{i}")
+        purgatory.check_and_complete(f"done{i}")
+    purgatory.advance_clock(1)
+    assert purgatory.statistics().purges == 0
+    assert purgatory.watched() == 40 + 25
+    for i in range(15, 21):  # now 21 lingering > 19 pending
+        signalled.add(f"done{i}")
+        purgatory.check_and_complete(f"done{i}")
+    purgatory.advance_clock(2)
+    assert purgatory.statistics().purges == 1
+    assert purgatory.watched() == 19 * 2
+
+
+def test_a_single_string_is_not_taken_for_a_list_of_keys() -> None:
+    purgatory = DelayedOperationPurgatory("p")
+    with pytest.raises(UsageError, match="keys"):
+        purgatory.try_complete_else_watch(Barrier(10, {"k"}, set()), "abc")
+    with pytest.raises(UsageError, match="keys"):
+        purgatory.try_complete_else_watch(Barrier(10, {"k"}, set()), [None])

@@ -155,9 +155,10 @@ async def test_an_earlier_deadline_wakes_the_sleeping_reaper_on_time(
         stats = reaper.statistics()
     assert [(name, as_ms(clock, at)) for name, at in log] == [("early", 3_000), ("late", 10_000)]
     assert stats.max_lateness_ms == 0
-    # It woke for 3 s, then for the overflow bucket that holds 10 s (8 s with the default
-    # wheel: tick 8 s at level 3), then for 10 s: only for buckets, never on a tick.
-    assert source.advanced_to_ms == [3_000, 8_000, 10_000]
+    # It woke for 3 s, then for the overflow bucket that holds 10 s (9 728 ms with the
+    # purgatory's 512-slot wheel: tick 512 ms at level 1), then for 10 s: only for buckets,
+    # never on a tick.
+    assert source.advanced_to_ms == [3_000, 9_728, 10_000]
 
 
 async def test_wake_if_earlier_ignores_later_deadlines(
