@@ -92,7 +92,9 @@ class TimerTask:
     __slots__ = ("_bucket", "_deadline_ms", "_seq")
 
     def __init__(self, *, deadline_ms: int) -> None:
-        self._deadline_ms = check_ms("deadline_ms", deadline_ms)
+        if type(deadline_ms) is not int or not 0 <= deadline_ms <= MAX_TIME_MS:
+            deadline_ms = check_ms("deadline_ms", deadline_ms)  # raises, naming the argument
+        self._deadline_ms = deadline_ms
         self._bucket: _Bucket | None = None
         self._seq = 0
 
