@@ -13,13 +13,13 @@ lane goes on. Shutdown: :meth:`CompletionExecutor.close` stops intake, and
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 import trio
 
-from purgatory._core import UsageError
+from purgatory._core._validate import check_ms, check_positive_int
 from reaper._clock import Clock
 
 __all__ = ["CompletionExecutor", "ExecutorStatistics", "Work"]
@@ -41,9 +41,9 @@ class ExecutorStatistics:
     (0 when it started early).
     """
 
-    #: callables waiting in the channel (not counting the one running)
+    #: callables waiting, across queued batches (not counting the one running)
     queued: int
-    #: the channel's bound
+    #: the channel's bound, in batches (a plain submit is a batch of one)
     capacity: int
     #: tasks blocked in :meth:`CompletionExecutor.submit` because the channel is full
     blocked_submitters: int
@@ -77,18 +77,16 @@ class CompletionExecutor:
     """
 
     def __init__(self, clock: Clock, *, capacity: int = 1024) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise UsageError(f"capacity must be an int, got {capacity!r}")
-        if not 1 <= capacity <= _MAX_CAPACITY:
-            raise UsageError(f"capacity must be between 1 and {_MAX_CAPACITY}, got {capacity}")
+        check_positive_int("capacity", capacity, maximum=_MAX_CAPACITY)
         self._clock = clock
         self._capacity = capacity
-        self._send, self._receive = trio.open_memory_channel[tuple[Work, int]](capacity)
+        self._send, self._receive = trio.open_memory_channel[list[tuple[Work, int]]](capacity)
         self._accepting = True
         self._started = False
         self._finished = trio.Event()
         self._busy = False
         self._submitted = 0
+        self._queued = 0  # callables waiting, across batches
         self._executed = 0
         self._errors = 0
         self._last_lag_ms = 0
@@ -104,18 +102,38 @@ class CompletionExecutor:
                 arrival time), on the executor's clock; lag is measured from it.
 
         Raises:
-            UsageError: if ``due_ms`` is not an int.
+            UsageError: if ``due_ms`` is not an int in ``[0, MAX_TIME_MS]``.
             trio.ClosedResourceError: if the executor was closed (even while this call waited).
             trio.BrokenResourceError: if :meth:`run` ended without a close (it was cancelled).
         """
-        item = (fn, _check_due_ms(due_ms))
+        await self.submit_batch([(fn, due_ms)])
+
+    async def submit_batch(self, batch: Sequence[tuple[Work, int]]) -> None:
+        """Queue several callables as one channel item; they still run one at a time, in order.
+
+        The reaper hands over everything one advance returned this way: one channel send per
+        batch, not per task. Each callable's error is isolated and counted as for :meth:`submit`,
+        and the executor yields to other tasks every few callables within a batch.
+
+        Args:
+            batch: ``(fn, due_ms)`` pairs, in the order they must run.
+
+        Raises:
+            UsageError: if a ``due_ms`` is not an int in ``[0, MAX_TIME_MS]``.
+            trio.ClosedResourceError: if the executor was closed (even while this call waited).
+            trio.BrokenResourceError: if :meth:`run` ended without a close (it was cancelled).
+        """
+        items = [(fn, _check_due_ms(due)) for fn, due in batch]
+        if not items:
+            return
         try:
-            await self._send.send(item)
+            await self._send.send(items)
         except trio.ClosedResourceError:
             raise trio.ClosedResourceError(_CLOSED) from None
         except trio.BrokenResourceError:
             raise trio.BrokenResourceError(_STOPPED) from None
-        self._submitted += 1
+        self._submitted += len(items)
+        self._queued += len(items)
 
     def submit_nowait(self, fn: Work, *, due_ms: int) -> None:
         """Queue ``fn`` if the channel has room.
@@ -126,18 +144,19 @@ class CompletionExecutor:
 
         Raises:
             trio.WouldBlock: if the channel is full.
-            UsageError: if ``due_ms`` is not an int.
+            UsageError: if ``due_ms`` is not an int in ``[0, MAX_TIME_MS]``.
             trio.ClosedResourceError: if the executor was closed.
             trio.BrokenResourceError: if :meth:`run` ended without a close (it was cancelled).
         """
-        item = (fn, _check_due_ms(due_ms))
+        items = [(fn, _check_due_ms(due_ms))]
         try:
-            self._send.send_nowait(item)
+            self._send.send_nowait(items)
         except trio.ClosedResourceError:
             raise trio.ClosedResourceError(_CLOSED) from None
         except trio.BrokenResourceError:
             raise trio.BrokenResourceError(_STOPPED) from None
         self._submitted += 1
+        self._queued += 1
 
     def close(self) -> None:
         """Stop intake: later submits raise; :meth:`run` drains what is queued, then returns.
@@ -161,8 +180,9 @@ class CompletionExecutor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run queued callables in order until the executor is closed and drained.
 
-        Every callable starts with a checkpoint, so the reaper and the other tasks run between
-        two callables. Cancelling this task drops what is still queued.
+        Every batch starts with a checkpoint, and a long batch yields every 64 callables, so the
+        reaper and the intake run between callables. Cancelling this task drops what is still
+        queued.
 
         Args:
             task_status: ``started()`` is called once the executor is ready.
@@ -176,8 +196,12 @@ class CompletionExecutor:
         try:
             async with self._receive:
                 task_status.started()
-                async for fn, due_ms in self._receive:
-                    await self._execute(fn, due_ms)
+                async for batch in self._receive:
+                    for index, (fn, due_ms) in enumerate(batch):
+                        if index and not index % _YIELD_EVERY:
+                            await trio.lowlevel.checkpoint()
+                        self._queued -= 1
+                        await self._execute(fn, due_ms)
         finally:
             self._finished.set()
 
@@ -185,7 +209,7 @@ class CompletionExecutor:
         """A frozen record of the executor's counts (cheap: call it at every scrape)."""
         channel = self._send.statistics()
         return ExecutorStatistics(
-            queued=channel.current_buffer_used,
+            queued=self._queued,
             capacity=self._capacity,
             blocked_submitters=channel.tasks_waiting_send,
             busy=self._busy,
@@ -223,11 +247,12 @@ class CompletionExecutor:
         self._executed += 1
 
 
+#: Within a batch, let the other tasks (intake, the reaper) run every this many callables.
+_YIELD_EVERY = 64
+
 _CLOSED = "the CompletionExecutor is closed: it accepts no more work"
 _STOPPED = "the CompletionExecutor is not running any more: its run() task was cancelled"
 
 
 def _check_due_ms(due_ms: object) -> int:
-    if isinstance(due_ms, bool) or not isinstance(due_ms, int):
-        raise UsageError(f"due_ms must be an int of milliseconds, got {due_ms!r}")
-    return due_ms
+    return check_ms("due_ms", due_ms)

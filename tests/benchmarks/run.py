@@ -268,19 +268,26 @@ def targets_table(targets: Sequence[Target]) -> str:
 
 
 def realtime_table(results: Sequence[RealtimeResult]) -> str:
-    """The real-time runs as a markdown table."""
+    """The real-time runs as a markdown table.
+
+    Every request must get exactly one outcome (``outcomes``); completions land before their
+    deadline only while the process keeps up (``on time``): an overloaded run turns late
+    completions into expirations, as the service would.
+    """
     lines = [
         "| pct50/75 ms | offered/s | achieved/s | driver lag p50/p99/max ms "
-        "| reaper lateness max ms | executor lag max ms | completed + expired = requests |",
-        "|---|---:|---:|---:|---:|---:|:---:|",
+        "| reaper lateness max ms | executor lag max ms | one outcome each | on time |",
+        "|---|---:|---:|---:|---:|---:|:---:|:---:|",
     ]
     for r in results:
-        ok = r.completed + r.expired == r.requests and r.completed == r.expected_completed
+        whole = r.completed + r.expired == r.requests
+        on_time = r.completed == r.expected_completed
         lines.append(
             f"| {r.pct50_ms}/{r.pct75_ms} | {_fmt_count(r.rate_per_s)} "
             f"| {_fmt_count(int(r.requests_per_s))} "
             f"| {r.driver_lag_p50_ms}/{r.driver_lag_p99_ms}/{r.driver_lag_max_ms} "
-            f"| {r.reaper_max_lateness_ms} | {r.executor_max_lag_ms} | {'yes' if ok else 'NO'} |"
+            f"| {r.reaper_max_lateness_ms} | {r.executor_max_lag_ms} "
+            f"| {'yes' if whole else 'NO'} | {'yes' if on_time else 'no'} |"
         )
     return "\n".join(lines)
 

@@ -172,3 +172,40 @@ async def test_run_twice_is_an_error() -> None:
     await executor.run()
     with pytest.raises(RuntimeError, match="once"):
         await executor.run()
+
+
+async def test_a_batch_runs_one_at_a_time_in_order_with_errors_isolated(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    executor = CompletionExecutor(Clock(), capacity=1)
+    ran: list[int] = []
+    others: list[int] = []
+
+    def work(i: int) -> None:
+        if i == 70:
+            raise RuntimeError("callback 70 failed")
+        ran.append(i)
+
+    async def intake() -> None:
+        for _ in range(3):
+            others.append(len(ran))  # how far the batch had got when intake ran
+            await trio.lowlevel.checkpoint()
+
+    with capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(executor.run)
+            await executor.submit_batch([(functools.partial(work, i), 0) for i in range(200)])
+            assert executor.statistics().queued == 200  # counted in callables, not batches
+            nursery.start_soon(intake)
+            await executor.aclose()
+    assert ran == [i for i in range(200) if i != 70]
+    stats = executor.statistics()
+    assert (stats.executed, stats.errors, stats.queued, stats.submitted) == (200, 1, 0, 200)
+    assert [entry["event"] for entry in logs] == ["callback_failed"]
+    assert any(0 < n < 199 for n in others), "intake never ran in the middle of the batch"
+
+
+async def test_an_empty_batch_is_a_no_op() -> None:
+    executor = CompletionExecutor(Clock())
+    await executor.submit_batch([])
+    assert executor.statistics().submitted == 0
