@@ -193,9 +193,9 @@ async def test_a_batch_runs_one_at_a_time_in_order_with_errors_isolated(
 
     with capture_logs() as logs:
         async with trio.open_nursery() as nursery:
-            await nursery.start(executor.run)
             await executor.submit_batch([(functools.partial(work, i), 0) for i in range(200)])
             assert executor.statistics().queued == 200  # counted in callables, not batches
+            await nursery.start(executor.run)
             nursery.start_soon(intake)
             await executor.aclose()
     assert ran == [i for i in range(200) if i != 70]
