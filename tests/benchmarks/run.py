@@ -270,13 +270,14 @@ def targets_table(targets: Sequence[Target]) -> str:
 def realtime_table(results: Sequence[RealtimeResult]) -> str:
     """The real-time runs as a markdown table.
 
-    Every request must get exactly one outcome (``outcomes``); completions land before their
-    deadline only while the process keeps up (``on time``): an overloaded run turns late
-    completions into expirations, as the service would.
+    Every request must get exactly one outcome (``one outcome each``); completions land before
+    their deadline only while the process keeps up (``no completion lost to lag``): a lagging
+    run turns late completions into expirations, as the service would.
     """
     lines = [
         "| pct50/75 ms | offered/s | achieved/s | driver lag p50/p99/max ms "
-        "| reaper lateness max ms | executor lag max ms | one outcome each | on time |",
+        "| reaper lateness max ms | executor lag max ms | one outcome each "
+        "| no completion lost to lag |",
         "|---|---:|---:|---:|---:|---:|:---:|:---:|",
     ]
     for r in results:
