@@ -9,7 +9,14 @@ import types
 
 import pytest
 
-PACKAGES = ["purgatory", "purgatory._core", "reaper"]
+PACKAGES = [
+    "purgatory",
+    "purgatory._core",
+    "purgatory._codec",
+    "purgatory.client",
+    "purgatory.service",
+    "reaper",
+]
 
 
 def _isort_key(name: str) -> tuple[int, str]:

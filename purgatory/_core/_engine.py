@@ -394,6 +394,14 @@ class Engine:
         watermark = self.keyed.current_watermark(spec.scope)
         return watermark is not None and watermark >= spec.deadline_ms
 
+    def _outcome_ms(self, spec: OperationSpec, kind: OutcomeKind) -> int:
+        # A processing-time operation expires at its deadline, whenever the expiry is run:
+        # from that millisecond on no signal could complete it. Delivery lateness is the
+        # reaper's and the executor's to report.
+        if kind is OutcomeKind.EXPIRED and spec.time_domain is TimeDomain.PROCESSING_TIME:
+            return spec.deadline_ms
+        return self._now
+
     def _signalled_count(self, spec: OperationSpec) -> int:
         get, scope, now = self.signals.get, spec.scope, self._now
         return sum(1 for key in spec.keys if get((scope, key), now_ms=now) is not None)
@@ -419,7 +427,7 @@ class Engine:
             scope=spec.scope,
             outcome=kind,
             registered_ms=op.registered_ms,
-            outcome_ms=self._now,
+            outcome_ms=self._outcome_ms(spec, kind),
             deadline_ms=spec.deadline_ms,
             time_domain=spec.time_domain,
             sequence=self._sequence,

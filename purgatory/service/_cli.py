@@ -1,23 +1,35 @@
 """The command line (service layer): ``purgatory <command>``.
 
-Arguments are validated by argparse, which names the bad argument and exits with status 2.
+``serve`` runs the service as configured by ``PURGATORY_*`` variables (flags override them);
+``dev`` starts the embedded broker on a free loopback port, creates the topics and serves
+against it; ``op``, ``signal`` and ``watermark`` call a running service's HTTP API; ``demo``
+plays the typical uses in-process. Bad arguments and settings are answered with a message that
+names them and exit status 2; an error answer from the service prints its field and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
+from purgatory._core import ConfigError, PurgatoryError
+from purgatory.client import ApiError, PurgatoryClient
 from purgatory.service._demo import run_demo, summarize
+from purgatory.service._run import run_dev, run_serve
 from reaper import Clock
 
 __all__ = ["main"]
 
+_DEFAULT_URL = "http://127.0.0.1:8080"
 
-def _positive_float(text: str) -> float:
+
+def _bounded_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -27,16 +39,110 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be JSON, got {text!r}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="purgatory", description="Durable delayed operations for data pipelines."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser(
-        "demo", help="play the typical uses live: barrier, quorum, timers, event time"
-    )
-    demo.add_argument("--speed", type=_positive_float, default=1.0, help="play faster (>1)")
+
+    demo = commands.add_parser("demo", help="play the typical uses live, in-process")
+    demo.add_argument("--speed", type=_bounded_float, default=1.0, help="play faster (>1)")
+
+    for name, text in (
+        ("serve", "run the service (configured by PURGATORY_* variables)"),
+        ("dev", "start the embedded broker and run the service against it"),
+    ):
+        cmd = commands.add_parser(name, help=text)
+        cmd.add_argument("--host", help="HTTP host (PURGATORY_HTTP_HOST)")
+        cmd.add_argument("--port", type=int, help="HTTP port (PURGATORY_HTTP_PORT)")
+        if name == "serve":
+            cmd.add_argument("--bootstrap-servers", help="PURGATORY_KAFKA_BOOTSTRAP_SERVERS")
+
+    client_args = argparse.ArgumentParser(add_help=False)
+    client_args.add_argument("--url", default=os.environ.get("PURGATORY_URL", _DEFAULT_URL))
+    client_args.add_argument("--token", default=os.environ.get("PURGATORY_API_TOKEN"))
+
+    op = commands.add_parser("op", help="register, inspect, wait for or cancel operations")
+    ops = op.add_subparsers(dest="op_command", required=True)
+    create = ops.add_parser("create", parents=[client_args], help="register an operation")
+    create.add_argument("--scope", required=True)
+    create.add_argument("--id", dest="op_id", required=True)
+    create.add_argument("--key", dest="keys", action="append", default=[], help="repeat per key")
+    when = create.add_mutually_exclusive_group(required=True)
+    when.add_argument("--timeout-ms", type=int)
+    when.add_argument("--deadline-ms", type=int)
+    create.add_argument("--condition", choices=["all", "any", "count"], default="all")
+    create.add_argument("--count", type=int)
+    create.add_argument("--event-time", action="store_true", help="the deadline is event time")
+    create.add_argument("--payload", type=_json_value, help="JSON returned in the callback")
+    create.add_argument("--reply-to", help="callback topic")
+    for name, text in (
+        ("get", "show an operation"),
+        ("wait", "wait for an outcome"),
+        ("cancel", "cancel"),
+    ):
+        sub = ops.add_parser(name, parents=[client_args], help=text)
+        sub.add_argument("--scope", required=True)
+        sub.add_argument("--id", dest="op_id", required=True)
+        if name == "wait":
+            sub.add_argument("--timeout-ms", type=int, default=30_000)
+    listing = ops.add_parser("list", parents=[client_args], help="pending operations of a scope")
+    listing.add_argument("--scope", required=True)
+
+    sig = commands.add_parser("signal", parents=[client_args], help="publish a signal")
+    sig.add_argument("--scope", required=True)
+    sig.add_argument("--key", required=True)
+    sig.add_argument("--payload", type=_json_value)
+    sig.add_argument("--event-time-ms", type=int)
+
+    wm = commands.add_parser("watermark", parents=[client_args], help="advance a watermark")
+    wm.add_argument("--scope", required=True)
+    wm.add_argument("--watermark-ms", type=int, required=True)
     return parser
+
+
+def _client_call(args: argparse.Namespace) -> Any:
+    with PurgatoryClient(args.url, token=args.token) as client:
+        if args.command == "signal":
+            return client.signal(
+                args.scope, args.key, payload=args.payload, event_time_ms=args.event_time_ms
+            )
+        if args.command == "watermark":
+            return client.watermark(args.scope, args.watermark_ms)
+        if args.op_command == "create":
+            return client.register(
+                scope=args.scope,
+                op_id=args.op_id,
+                keys=args.keys,
+                timeout_ms=args.timeout_ms,
+                deadline_ms=args.deadline_ms,
+                condition=args.condition,
+                count=args.count,
+                time_domain="event_time" if args.event_time else "processing_time",
+                payload=args.payload,
+                reply_to=args.reply_to,
+            )
+        if args.op_command == "list":
+            return client.pending(args.scope)
+        if args.op_command == "wait":
+            return client.wait(args.scope, args.op_id, args.timeout_ms)
+        if args.op_command == "cancel":
+            return client.cancel(args.scope, args.op_id)
+        return client.get(args.scope, args.op_id)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    values = {"http_host": args.host, "http_port": args.port}
+    if getattr(args, "bootstrap_servers", None):
+        values["kafka_bootstrap_servers"] = args.bootstrap_servers
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,6 +155,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(summarize(result))
 
         trio.run(demo)
+        return 0
+    if args.command in ("serve", "dev"):
+        try:
+            return (run_dev if args.command == "dev" else run_serve)(
+                dict(os.environ), _overrides(args)
+            )
+        except ConfigError as exc:
+            print(f"purgatory: configuration error: {exc}", file=sys.stderr)
+            return 2
+    try:
+        print(json.dumps(_client_call(args), indent=2, ensure_ascii=False))
+    except ApiError as exc:
+        print(f"purgatory: {exc}", file=sys.stderr)
+        return 1
+    except PurgatoryError as exc:
+        print(f"purgatory: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

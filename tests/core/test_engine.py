@@ -63,6 +63,17 @@ def test_barrier_expires_with_the_missing_keys_exactly_at_its_deadline() -> None
     assert out.outcome_ms == out.deadline_ms == 6_000
 
 
+def test_an_expiry_run_late_still_reports_its_deadline_as_outcome_time() -> None:
+    engine = Engine()
+    engine.register(barrier(), now_ms=0)
+    due = engine.advance_clock(6_000)
+    engine.advance_clock(6_250)  # the executor gets to it 250 ms later
+    for task in due:
+        task.run()
+    [out] = engine.drain_outcomes()
+    assert (out.outcome, out.outcome_ms) == (OutcomeKind.EXPIRED, 6_000)
+
+
 def test_signal_before_its_waiter_counts() -> None:
     engine = Engine()
     for key in KEYS:

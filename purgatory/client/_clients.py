@@ -1,0 +1,207 @@
+"""The Python clients of the HTTP API (client concept: sync and trio transports).
+
+``PurgatoryClient`` blocks (httpx.Client); ``AsyncPurgatoryClient`` runs under trio
+(httpx.AsyncClient, which anyio drives on trio). Both send the calls built by
+:mod:`purgatory.client._requests`; a transport failure becomes :class:`TransportError`, an error
+answer :class:`ApiError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from purgatory._core import TransportError
+from purgatory.client._requests import (
+    Call,
+    answer,
+    call_cancel,
+    call_get,
+    call_pending,
+    call_register,
+    call_register_many,
+    call_signals,
+    call_wait,
+    call_watermarks,
+    operation,
+)
+
+__all__ = ["AsyncPurgatoryClient", "PurgatoryClient"]
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _signal(scope: str, key: str, payload: Any, event_time_ms: int | None) -> dict[str, Any]:
+    item: dict[str, Any] = {"scope": scope, "key": key}
+    if payload is not None:
+        item["payload"] = payload
+    if event_time_ms is not None:
+        item["event_time_ms"] = event_time_ms
+    return item
+
+
+class PurgatoryClient:
+    """A blocking client.
+
+    Args:
+        base_url: the service, e.g. ``http://127.0.0.1:8080``.
+        token: the API token, when the service requires one.
+        timeout_s: per request (a wait adds its own ``timeout_ms``).
+        transport: an httpx transport (tests pass the app's ASGI or a mock transport).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._timeout_s = timeout_s
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(token), timeout=timeout_s, transport=transport
+        )
+
+    def __enter__(self) -> PurgatoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                params=call.params or None,
+                json=call.json,
+                timeout=self._timeout_s + extra_s,
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        return answer(response.status_code, response.content)
+
+    def register(self, **spec: Any) -> Any:
+        """Register one operation (see :func:`purgatory.client.operation` for the arguments)."""
+        return self._run(call_register(operation(**spec)))
+
+    def register_many(self, bodies: Iterable[Mapping[str, Any]]) -> Any:
+        """Register many operations in one request (bodies from :func:`operation`)."""
+        return self._run(call_register_many(bodies))
+
+    def get(self, scope: str, op_id: str) -> Any:
+        """An operation and its outcome, if decided."""
+        return self._run(call_get(scope, op_id))
+
+    def wait(self, scope: str, op_id: str, timeout_ms: int = 30_000) -> Any:
+        """Wait up to ``timeout_ms`` for an operation's outcome."""
+        return self._run(call_wait(scope, op_id, timeout_ms), extra_s=timeout_ms / 1000)
+
+    def cancel(self, scope: str, op_id: str) -> Any:
+        """Cancel a pending operation."""
+        return self._run(call_cancel(scope, op_id))
+
+    def pending(self, scope: str) -> Any:
+        """The pending operations of a scope."""
+        return self._run(call_pending(scope))
+
+    def signal(
+        self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None
+    ) -> Any:
+        """Publish one signal."""
+        return self._run(call_signals([_signal(scope, key, payload, event_time_ms)]))
+
+    def signals(self, items: Iterable[Mapping[str, Any]]) -> Any:
+        """Publish many signals (``{"scope", "key", "payload"?, "event_time_ms"?}`` each)."""
+        return self._run(call_signals(items))
+
+    def watermark(self, scope: str, watermark_ms: int) -> Any:
+        """Advance a scope's event-time watermark."""
+        return self._run(call_watermarks([{"scope": scope, "watermark_ms": watermark_ms}]))
+
+
+class AsyncPurgatoryClient:
+    """The same client for trio (``async with AsyncPurgatoryClient(...) as client``)."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._timeout_s = timeout_s
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(token), timeout=timeout_s, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncPurgatoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=call.params or None,
+                json=call.json,
+                timeout=self._timeout_s + extra_s,
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+        return answer(response.status_code, response.content)
+
+    async def register(self, **spec: Any) -> Any:
+        """Register one operation."""
+        return await self._run(call_register(operation(**spec)))
+
+    async def register_many(self, bodies: Iterable[Mapping[str, Any]]) -> Any:
+        """Register many operations in one request."""
+        return await self._run(call_register_many(bodies))
+
+    async def get(self, scope: str, op_id: str) -> Any:
+        """An operation and its outcome, if decided."""
+        return await self._run(call_get(scope, op_id))
+
+    async def wait(self, scope: str, op_id: str, timeout_ms: int = 30_000) -> Any:
+        """Wait up to ``timeout_ms`` for an operation's outcome."""
+        return await self._run(call_wait(scope, op_id, timeout_ms), extra_s=timeout_ms / 1000)
+
+    async def cancel(self, scope: str, op_id: str) -> Any:
+        """Cancel a pending operation."""
+        return await self._run(call_cancel(scope, op_id))
+
+    async def pending(self, scope: str) -> Any:
+        """The pending operations of a scope."""
+        return await self._run(call_pending(scope))
+
+    async def signal(
+        self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None
+    ) -> Any:
+        """Publish one signal."""
+        return await self._run(call_signals([_signal(scope, key, payload, event_time_ms)]))
+
+    async def signals(self, items: Iterable[Mapping[str, Any]]) -> Any:
+        """Publish many signals."""
+        return await self._run(call_signals(items))
+
+    async def watermark(self, scope: str, watermark_ms: int) -> Any:
+        """Advance a scope's event-time watermark."""
+        return await self._run(call_watermarks([{"scope": scope, "watermark_ms": watermark_ms}]))

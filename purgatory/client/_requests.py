@@ -1,0 +1,130 @@
+"""What each API call sends and how its answer is read (client concept: the calls, sans-IO).
+
+Both clients (:mod:`purgatory.client._sync` and :mod:`purgatory.client._trio`) build their
+requests here and read answers here, so the two differ only in how bytes travel.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from purgatory._core import PurgatoryError
+
+__all__ = [
+    "ApiError",
+    "Call",
+    "answer",
+    "call_cancel",
+    "call_get",
+    "call_pending",
+    "call_register",
+    "call_register_many",
+    "call_signals",
+    "call_wait",
+    "call_watermarks",
+    "operation",
+]
+
+
+class ApiError(PurgatoryError):
+    """The service answered an error: ``status``, the ``field`` it is about, and why."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(f"{status} {field + ': ' if field else ''}{message}")
+        self.status = status
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One HTTP request, not yet sent."""
+
+    method: str
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+
+
+def operation(
+    *,
+    scope: str,
+    op_id: str,
+    keys: Iterable[str] = (),
+    timeout_ms: int | None = None,
+    deadline_ms: int | None = None,
+    condition: str = "all",
+    count: int | None = None,
+    time_domain: str = "processing_time",
+    payload: Any = None,
+    reply_to: str | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one registration (the service validates it and names bad fields)."""
+    body: dict[str, Any] = {
+        "scope": scope,
+        "op_id": op_id,
+        "keys": list(keys),
+        "condition": condition,
+    }
+    optional = {
+        "timeout_ms": timeout_ms,
+        "deadline_ms": deadline_ms,
+        "count": count,
+        "payload": payload,
+        "reply_to": reply_to,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if time_domain != "processing_time":
+        body["time_domain"] = time_domain
+    return body
+
+
+def call_register(body: Mapping[str, Any]) -> Call:
+    return Call("POST", "/v1/operations", json=dict(body))
+
+
+def call_register_many(bodies: Iterable[Mapping[str, Any]]) -> Call:
+    return Call("POST", "/v1/operations:batch", json={"operations": [dict(b) for b in bodies]})
+
+
+def call_get(scope: str, op_id: str) -> Call:
+    return Call("GET", "/v1/operation", {"scope": scope, "op_id": op_id})
+
+
+def call_wait(scope: str, op_id: str, timeout_ms: int) -> Call:
+    return Call(
+        "GET", "/v1/operation/wait", {"scope": scope, "op_id": op_id, "timeout_ms": str(timeout_ms)}
+    )
+
+
+def call_cancel(scope: str, op_id: str) -> Call:
+    return Call("DELETE", "/v1/operation", {"scope": scope, "op_id": op_id})
+
+
+def call_pending(scope: str) -> Call:
+    return Call("GET", "/v1/operations", {"scope": scope})
+
+
+def call_signals(signals: Iterable[Mapping[str, Any]]) -> Call:
+    return Call("POST", "/v1/signals", json={"signals": [dict(s) for s in signals]})
+
+
+def call_watermarks(watermarks: Iterable[Mapping[str, Any]]) -> Call:
+    return Call("POST", "/v1/watermarks", json={"watermarks": [dict(w) for w in watermarks]})
+
+
+def answer(status: int, body: bytes) -> Any:
+    """The decoded answer, or :class:`ApiError` for an error status."""
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if status >= 400:
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            raise ApiError(status, str(error.get("message")), error.get("field"))
+        raise ApiError(status, body[:200].decode("utf-8", "replace"))
+    return data

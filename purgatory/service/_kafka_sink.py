@@ -1,0 +1,268 @@
+"""The Kafka sink: one producer thread fed from trio (service layer).
+
+``send`` puts a record in a bounded memory channel (it waits when the channel is full:
+back-pressure); the producer thread takes what is queued, in one hop per batch, and hands each
+record to kafka-python's producer, whose own I/O thread batches and delivers them. Delivery
+outcomes arrive on that I/O thread and only touch counters under a lock.
+
+``flush`` travels through the same channel as a marker, so it covers exactly the records sent
+before it: the thread flushes the producer and answers with the delivery failures seen since the
+previous flush. The service flushes before it commits the offsets of the inputs whose outputs it
+sent, which is what makes callbacks at-least-once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from purgatory._core import TransportError, UsageError
+from purgatory.service._kafka_config import KafkaClientConfig, raising_single_errors
+
+__all__ = ["KafkaSink", "SinkStatistics", "open_kafka_sink"]
+
+_TAKE_MAX = 1000
+_CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SinkStatistics:
+    """Records handed to the producer, acknowledged by the broker, and failed, since opening."""
+
+    sent: int
+    acked: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(slots=True)
+class _Flush:
+    done: trio.Event
+    error: TransportError | None = None
+
+
+_Item = _Record | _Flush
+
+
+async def _take(receive: trio.MemoryReceiveChannel[_Item]) -> list[_Item]:
+    """Take what is queued, or wait for one item (one thread hop per batch).
+
+    Queued items are taken before any checkpoint, so a cancelled sink still hands them over.
+    """
+    items: list[_Item] = []
+    while len(items) < _TAKE_MAX:
+        try:
+            items.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            break
+    return items or [await receive.receive()]
+
+
+class _ProducerThread:
+    """Owns the producer; ``_main`` and what it calls run in the owning thread, the ``_on_*``
+    callbacks in kafka-python's I/O thread."""
+
+    def __init__(self, kwargs: dict[str, Any], flush_timeout_s: float) -> None:
+        self._kwargs = kwargs
+        self._flush_timeout_s = flush_timeout_s
+        self._lock = threading.Lock()
+        self._sent = 0
+        self._acked = 0
+        self._failed = 0
+        self._unreported = 0
+        self._first_error: str | None = None
+
+    async def run(
+        self,
+        receive: trio.MemoryReceiveChannel[_Item],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with receive:
+            await trio.to_thread.run_sync(
+                self._main, receive, task_status, limiter=trio.CapacityLimiter(1)
+            )
+
+    def statistics(self) -> SinkStatistics:
+        with self._lock:
+            return SinkStatistics(sent=self._sent, acked=self._acked, failed=self._failed)
+
+    def _main(
+        self, receive: trio.MemoryReceiveChannel[_Item], task_status: trio.TaskStatus[None]
+    ) -> None:
+        try:
+            producer = KafkaProducer(**self._kwargs)
+        except KafkaError as exc:
+            servers = self._kwargs["bootstrap_servers"]
+            raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
+        try:
+            trio.from_thread.run_sync(task_status.started)
+            while True:
+                try:
+                    items = trio.from_thread.run(_take, receive)
+                except trio.EndOfChannel:
+                    return
+                unreachable: set[str] = set()
+                for item in items:
+                    if isinstance(item, _Flush):
+                        self._flush(producer, item)
+                        unreachable.clear()
+                    else:
+                        self._produce(producer, item, unreachable)
+        finally:
+            # What does not make it is counted as failed by the callbacks, here or on close.
+            with contextlib.suppress(KafkaError):
+                producer.flush(timeout=self._flush_timeout_s)
+            producer.close(timeout=_CLOSE_TIMEOUT_S)
+
+    def _produce(self, producer: Any, record: _Record, unreachable: set[str]) -> None:
+        with self._lock:
+            self._sent += 1
+        if record.topic in unreachable:
+            # send() already blocked for max_block_ms on this topic's metadata in this batch;
+            # failing the rest at once keeps a dead broker from stalling the thread per record.
+            self._on_error(TransportError(f"no metadata for topic {record.topic!r}"))
+            return
+        try:
+            future = producer.send(record.topic, key=record.key, value=record.value)
+        except KafkaError as exc:
+            unreachable.add(record.topic)
+            self._on_error(exc)
+            return
+        future.add_callback(self._on_ack)
+        future.add_errback(self._on_error)
+
+    def _flush(self, producer: Any, marker: _Flush) -> None:
+        timed_out: KafkaError | None = None
+        try:
+            producer.flush(timeout=self._flush_timeout_s)
+        except KafkaError as exc:
+            timed_out = exc
+        with self._lock:
+            failed, first = self._unreported, self._first_error
+            self._unreported, self._first_error = 0, None
+        servers = self._kwargs["bootstrap_servers"]
+        if failed:
+            marker.error = TransportError(
+                f"{failed} record(s) could not be delivered to Kafka at {servers}: {first}"
+            )
+        elif timed_out is not None:
+            marker.error = TransportError(
+                f"flush to Kafka at {servers} did not finish in {self._flush_timeout_s} s: "
+                f"{timed_out}"
+            )
+        trio.from_thread.run_sync(marker.done.set)
+
+    def _on_ack(self, _metadata: Any) -> None:
+        with self._lock:
+            self._acked += 1
+
+    def _on_error(self, exc: Exception) -> None:
+        with self._lock:
+            self._failed += 1
+            self._unreported += 1
+            if self._first_error is None:
+                self._first_error = f"{type(exc).__name__}: {exc}"
+
+
+class KafkaSink:
+    """The trio side of a producer: ``send``, ``flush`` and ``statistics``."""
+
+    def __init__(self, send: trio.MemorySendChannel[_Item], thread: _ProducerThread) -> None:
+        self._send = send
+        self._thread = thread
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record for the producer; waits while the queue is full.
+
+        Raises:
+            UsageError: ``topic`` is empty, or ``key``/``value`` are not bytes.
+        """
+        if not topic:
+            raise UsageError("topic must not be empty")
+        if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
+            raise UsageError("key and value must be bytes (key may be None)")
+        await self._send.send(_Record(topic, key, value))
+
+    async def flush(self) -> None:
+        """Wait until every record sent before this call is acknowledged or has failed.
+
+        Raises:
+            TransportError: at least one record sent since the previous flush was not
+                delivered (the message counts them and shows the first error).
+        """
+        marker = _Flush(trio.Event())
+        await self._send.send(marker)
+        await marker.done.wait()
+        if marker.error is not None:
+            raise marker.error
+
+    def statistics(self) -> SinkStatistics:
+        """Counters since the sink was opened."""
+        return self._thread.statistics()
+
+
+@asynccontextmanager
+async def open_kafka_sink(
+    config: KafkaClientConfig,
+    *,
+    linger_ms: int = 1,
+    max_in_flight: int = 10_000,
+    delivery_timeout_ms: int = 120_000,
+    connect_timeout_ms: int = 30_000,
+) -> AsyncIterator[KafkaSink]:
+    """Produce through a dedicated thread; yield a ``KafkaSink`` while it runs.
+
+    On a normal exit the sink flushes (raising ``TransportError`` on delivery failures), then
+    closes the producer. On cancellation or an error the producer is still flushed (for at most
+    ``delivery_timeout_ms``) and closed; records still queued in the channel may be dropped.
+
+    Args:
+        config: how to reach the brokers.
+        linger_ms: how long the producer waits to fill a batch.
+        max_in_flight: records queued between trio and the producer thread (back-pressure).
+        delivery_timeout_ms: how long a record may take to be acknowledged before it fails;
+            also bounds how long ``send`` waits for a topic's metadata.
+        connect_timeout_ms: how long to try to reach a bootstrap server.
+
+    Raises:
+        UsageError: a bad argument (the message names it).
+        TransportError: the brokers cannot be reached, or a delivery failed (on exit).
+    """
+    if max_in_flight < 1:
+        raise UsageError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if linger_ms < 0 or delivery_timeout_ms <= linger_ms:
+        raise UsageError(
+            f"need 0 <= linger_ms < delivery_timeout_ms, got {linger_ms} and {delivery_timeout_ms}"
+        )
+    kwargs = config.kafka_kwargs() | {
+        "linger_ms": linger_ms,
+        "acks": "all",
+        "delivery_timeout_ms": delivery_timeout_ms,
+        "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
+        "max_block_ms": delivery_timeout_ms,
+        "bootstrap_timeout_ms": connect_timeout_ms,
+    }
+    thread = _ProducerThread(kwargs, flush_timeout_s=delivery_timeout_ms / 1000 + 5)
+    send, receive = trio.open_memory_channel[_Item](max_in_flight)
+    with raising_single_errors():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(thread.run, receive)
+            with send:
+                sink = KafkaSink(send, thread)
+                yield sink
+                await sink.flush()

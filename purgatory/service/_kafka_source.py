@@ -1,0 +1,341 @@
+"""The Kafka source: one consumer thread bridged to trio (service layer).
+
+The kafka-python consumer is created, polled, committed and closed by one thread only (it is not
+thread-safe), started with ``trio.to_thread.run_sync``. Each poll (at most ``max_batch`` records,
+100 ms timeout so the thread sees its stop flag quickly) becomes one list of
+``ConsumedRecord`` sent into a bounded memory channel. When the channel is full the thread stops
+polling and waits: back-pressure reaches the broker instead of piling up in memory.
+
+Offsets are never committed automatically: the service applies a record, makes the change durable,
+then calls ``commit``, which hands the offsets to the consumer thread and waits for the broker's
+answer. The thread serves commits between polls, and also while it waits for room in the channel,
+so a task that reads the channel and commits can never deadlock against it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import AsyncIterator, Collection, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import trio
+from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
+
+from purgatory._core import TransportError, UsageError
+from purgatory.service._kafka_config import (
+    ConsumedRecord,
+    KafkaClientConfig,
+    raising_single_errors,
+)
+
+__all__ = ["KafkaSource", "StartPosition", "open_kafka_source"]
+
+StartPosition = Literal["earliest", "committed"]
+_POLL_TIMEOUT_MS = 100
+_CHANNEL_BATCHES = 4
+_FULL_CHANNEL_WAIT_S = 0.01
+_COMMIT_TIMEOUT_MS = 30_000
+
+
+@dataclass(slots=True)
+class _CommitRequest:
+    offsets: dict[tuple[str, int], int]
+    done: trio.Event
+    error: TransportError | None = None
+
+
+class _SeekToBeginningOnce(ConsumerRebalanceListener):  # type: ignore[misc]
+    """``start="earliest"`` under a group: read each partition from its start the first time
+    this consumer is given it, whatever the group committed."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self._seen: set[Any] = set()
+
+    def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+        new = [tp for tp in assigned if tp not in self._seen]
+        self._seen.update(new)
+        if new:
+            self._consumer.seek_to_beginning(*new)
+
+
+class _ConsumerThread:
+    """Owns the consumer; everything here except ``run`` and ``request_commit`` runs in it."""
+
+    def __init__(
+        self,
+        kwargs: dict[str, Any],
+        topics: list[str],
+        assignment: list[Any] | None,
+        start: StartPosition,
+        max_batch: int,
+    ) -> None:
+        self._kwargs = kwargs
+        self._topics = topics
+        self._assignment = assignment
+        self._start = start
+        self._max_batch = max_batch
+        self._stop = threading.Event()
+        self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._next_offsets: dict[Any, int] = {}
+        # Published by the thread, read by trio: each is replaced whole, never mutated.
+        self.lag: dict[tuple[str, int], int] = {}
+        self.assigned: frozenset[tuple[str, int]] = frozenset()
+
+    async def run(
+        self,
+        send: trio.MemorySendChannel[list[ConsumedRecord]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with send:  # closed when the thread ends, so the reader sees the end of the source
+            await trio.to_thread.run_sync(
+                self._main, send, task_status, limiter=trio.CapacityLimiter(1)
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def request_commit(self, request: _CommitRequest) -> None:
+        with self._lock:
+            if self._closed:
+                raise TransportError("the Kafka consumer has stopped; offsets were not committed")
+            self._commits.put(request)
+
+    def _main(
+        self, send: trio.MemorySendChannel[list[ConsumedRecord]], task_status: trio.TaskStatus[None]
+    ) -> None:
+        try:
+            consumer = self._connect()
+            try:
+                self._attach(consumer)
+                trio.from_thread.run_sync(task_status.started)
+                self._loop(consumer, send)
+            finally:
+                consumer.close(autocommit=False)
+        except KafkaError as exc:
+            raise TransportError(f"Kafka consumer of {self._topics} failed: {exc}") from exc
+        finally:
+            self._fail_pending_commits()
+
+    def _connect(self) -> Any:
+        try:
+            return KafkaConsumer(**self._kwargs)
+        except KafkaError as exc:
+            servers = self._kwargs["bootstrap_servers"]
+            raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
+
+    def _attach(self, consumer: Any) -> None:
+        if self._assignment is not None:
+            consumer.assign(self._assignment)
+            if self._start == "earliest":
+                consumer.seek_to_beginning(*self._assignment)
+        elif self._start == "earliest":
+            consumer.subscribe(self._topics, listener=_SeekToBeginningOnce(consumer))
+        else:
+            consumer.subscribe(self._topics)
+
+    def _loop(self, consumer: Any, send: trio.MemorySendChannel[list[ConsumedRecord]]) -> None:
+        while not self._stop.is_set():
+            self._serve_commits(consumer, wait_s=None)
+            polled = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=self._max_batch)
+            batch: list[ConsumedRecord] = []
+            for tp, records in polled.items():
+                batch.extend(
+                    ConsumedRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
+                    for r in records
+                )
+                if records:
+                    self._next_offsets[tp] = records[-1].offset + 1
+            self._publish(consumer)
+            if batch and not self._deliver(consumer, send, batch):
+                return
+
+    def _deliver(
+        self,
+        consumer: Any,
+        send: trio.MemorySendChannel[list[ConsumedRecord]],
+        batch: list[ConsumedRecord],
+    ) -> bool:
+        while not self._stop.is_set():
+            try:
+                trio.from_thread.run_sync(send.send_nowait, batch)
+                return True
+            except trio.WouldBlock:
+                self._serve_commits(consumer, wait_s=_FULL_CHANNEL_WAIT_S)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        return False
+
+    def _serve_commits(self, consumer: Any, *, wait_s: float | None) -> None:
+        try:
+            request = self._commits.get(timeout=wait_s) if wait_s else self._commits.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            offsets = {
+                TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                for (t, p), o in request.offsets.items()
+            }
+            try:
+                consumer.commit(offsets, timeout_ms=_COMMIT_TIMEOUT_MS)
+            except KafkaError as exc:
+                group = self._kwargs.get("group_id")
+                request.error = TransportError(
+                    f"commit of {request.offsets} for group {group!r} failed: {exc}"
+                )
+            trio.from_thread.run_sync(request.done.set)
+            try:
+                request = self._commits.get_nowait()
+            except queue.Empty:
+                return
+
+    def _publish(self, consumer: Any) -> None:
+        lag: dict[tuple[str, int], int] = {}
+        assigned = consumer.assignment()
+        for tp in assigned:
+            highwater = consumer.highwater(tp)  # from the fetch response, not ListOffsets
+            if highwater is None:
+                continue
+            position = self._next_offsets.get(tp)
+            if position is None:
+                try:
+                    position = consumer.position(tp, timeout_ms=0)
+                except KafkaError:
+                    position = None
+            if position is not None:
+                lag[(tp.topic, tp.partition)] = max(0, highwater - position)
+        self.lag = lag
+        self.assigned = frozenset((tp.topic, tp.partition) for tp in assigned)
+
+    def _fail_pending_commits(self) -> None:
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                request = self._commits.get_nowait()
+            except queue.Empty:
+                return
+            request.error = TransportError("the Kafka consumer stopped before the commit")
+            trio.from_thread.run_sync(request.done.set)
+
+
+class KafkaSource:
+    """The trio side of a consumer: batches to read, offsets to commit, lag to report.
+
+    Attributes:
+        receive: batches of records in poll order (per-partition order is kept); bounded.
+    """
+
+    def __init__(
+        self,
+        receive: trio.MemoryReceiveChannel[list[ConsumedRecord]],
+        thread: _ConsumerThread,
+        group_id: str | None,
+    ) -> None:
+        self.receive = receive
+        self._thread = thread
+        self._group_id = group_id
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``{(topic, partition): next offset to read}`` for the group and wait for it.
+
+        Raises:
+            UsageError: the source has no ``group_id``, or an offset is negative.
+            TransportError: the broker refused the commit, or the consumer has stopped.
+        """
+        if self._group_id is None:
+            raise UsageError("commit needs a source opened with a group_id")
+        if any(offset < 0 for offset in offsets.values()):
+            raise UsageError(f"offsets must be >= 0, got {dict(offsets)}")
+        request = _CommitRequest(dict(offsets), trio.Event())
+        self._thread.request_commit(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records behind the partition's end, per assigned partition, as of the last poll.
+
+        Best effort: computed from the highwater mark of the last fetch response, and counts
+        records still in the channel as read.
+        """
+        return self._thread.lag
+
+    def assignment(self) -> frozenset[tuple[str, int]]:
+        """The partitions the consumer held at its last poll (changes with group rebalances)."""
+        return self._thread.assigned
+
+
+@asynccontextmanager
+async def open_kafka_source(
+    config: KafkaClientConfig,
+    *,
+    topics: list[str],
+    group_id: str | None,
+    assignment: list[tuple[str, int]] | None = None,
+    start: StartPosition = "committed",
+    max_batch: int = 500,
+    session_timeout_ms: int = 10_000,
+    connect_timeout_ms: int = 30_000,
+) -> AsyncIterator[KafkaSource]:
+    """Consume ``topics`` in a dedicated thread; yield a ``KafkaSource`` while it runs.
+
+    Args:
+        config: how to reach the brokers.
+        topics: the topics to read (with ``assignment``, every assigned topic must be listed).
+        group_id: the consumer group; offsets are committed there. Required for group
+            subscription and for ``start="committed"``.
+        assignment: explicit ``(topic, partition)`` list instead of a group subscription.
+        start: ``"committed"`` resumes after the group's committed offsets (the start of the
+            partition when there are none); ``"earliest"`` reads every partition from its start.
+        max_batch: records per poll, so per batch handed to trio.
+        session_timeout_ms: group session timeout; Tansu completes a join after about half of
+            it, so short values make joins fast in development.
+        connect_timeout_ms: how long to try to reach a bootstrap server.
+
+    Raises:
+        UsageError: inconsistent arguments (the message names the argument).
+        TransportError: the brokers cannot be reached, or the consumer failed.
+    """
+    if not topics:
+        raise UsageError("topics must not be empty")
+    if group_id is None and assignment is None:
+        raise UsageError("group subscription needs a group_id (or pass an explicit assignment)")
+    if start not in ("earliest", "committed"):
+        raise UsageError(f"start must be 'earliest' or 'committed', got {start!r}")
+    if start == "committed" and group_id is None:
+        raise UsageError("start='committed' needs a group_id to read committed offsets from")
+    if assignment is not None and not set(t for t, _ in assignment) <= set(topics):
+        raise UsageError(f"assignment {assignment} names topics outside topics={topics}")
+    if max_batch < 1:
+        raise UsageError(f"max_batch must be >= 1, got {max_batch}")
+    kwargs = config.kafka_kwargs() | {
+        "group_id": group_id,
+        "enable_auto_commit": False,  # the service commits after a record's effects are applied
+        "auto_offset_reset": "earliest",
+        "max_poll_records": max_batch,
+        "session_timeout_ms": session_timeout_ms,
+        "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
+        "bootstrap_timeout_ms": connect_timeout_ms,
+    }
+    partitions = None if assignment is None else [TopicPartition(t, p) for t, p in assignment]
+    thread = _ConsumerThread(kwargs, list(topics), partitions, start, max_batch)
+    send, receive = trio.open_memory_channel[list[ConsumedRecord]](_CHANNEL_BATCHES)
+    with raising_single_errors():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(thread.run, send)
+            try:
+                yield KafkaSource(receive, thread, group_id)
+            finally:
+                thread.stop()
+                receive.close()

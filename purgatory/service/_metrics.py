@@ -1,0 +1,381 @@
+"""Prometheus metrics (service layer concept: metrics; the core only exposes ``statistics()``).
+
+A :class:`Metrics` owns its own ``CollectorRegistry`` (never the process-global one), so every
+service instance, and every test, has its own. Three kinds of metric, all ``purgatory_*`` and in
+base units (seconds, bytes, counts):
+
+* counters (``*_total``), incremented by the shell where the event happens;
+* histograms (``*_seconds``) of latencies, observed by the shell;
+* gauges computed at scrape time: a collector calls the zero-argument callables given to
+  :meth:`Metrics.bind` and turns the frozen statistics records they return into gauge samples,
+  so a gauge is never stale and nothing has to be updated on the hot path.
+
+:meth:`Metrics.render` runs those callables, so call it from the trio thread that owns the state
+(a plain HTTP route does). A callable that raises loses only its own gauges for that scrape (the
+failure is logged); the rest of the scrape goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
+from purgatory.service._logging import get_logger
+from reaper import ExecutorStatistics, ReaperStatistics
+
+__all__ = [
+    "LATENCY_BUCKETS_S",
+    "REGISTRATION_RESULTS",
+    "WAIT_BUCKETS_S",
+    "Metrics",
+]
+
+#: The ``result`` label values of ``purgatory_registrations_total``.
+REGISTRATION_RESULTS = (
+    "pending",
+    "completed",
+    "duplicate",
+    "rearmed",
+    "conflict",
+    "limited",
+    "invalid",
+)
+
+#: Buckets of registration-to-outcome: 1 ms to 1 h (operations wait minutes to hours).
+WAIT_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)  # fmt: skip
+
+#: Buckets of the other latencies: 0.5 ms to 10 s (the p99 target of 25 ms is a bound).
+LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+_log = get_logger()
+
+_S = TypeVar("_S")
+
+
+def _seconds(ms: float) -> float:
+    return max(0.0, ms / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    engine: Callable[[], EngineStatistics]
+    executor: Callable[[], ExecutorStatistics]
+    reaper: Callable[[], ReaperStatistics]
+    consumer_lag: Callable[[], dict[tuple[str, int], int]]
+    ready: Callable[[], bool]
+
+
+# (name, help, value from the record) for each source's gauges.
+_ENGINE_GAUGES: tuple[tuple[str, str, Callable[[EngineStatistics], float]], ...] = (
+    ("purgatory_pending_operations", "Operations waiting for their outcome (exact).",
+     lambda s: s.pending),
+    ("purgatory_watched_entries", "Entries in all watch lists (may over-count until a purge).",
+     lambda s: s.watched),
+    ("purgatory_watch_keys", "Watch keys with at least one watcher.", lambda s: s.watch_keys),
+    ("purgatory_timer_buckets", "Timing-wheel buckets in the delay queue.",
+     lambda s: s.timer_buckets),
+    ("purgatory_timer_levels", "Levels of the hierarchical timing wheel.",
+     lambda s: s.timer_levels),
+    ("purgatory_signals_remembered", "Signals held in TTL state.", lambda s: s.signals),
+    ("purgatory_watermark_scopes", "Scopes with an event-time watermark.",
+     lambda s: s.scopes_with_watermark),
+    ("purgatory_late_expirations", "Operations expired late (overdue on restore) since start.",
+     lambda s: s.late),
+    ("purgatory_outcome_sequence", "Sequence number of the last outcome (grows across restarts).",
+     lambda s: s.sequence),
+)  # fmt: skip
+_EXECUTOR_GAUGES: tuple[tuple[str, str, Callable[[ExecutorStatistics], float]], ...] = (
+    ("purgatory_executor_queue_depth", "Expirations and callbacks waiting to run.",
+     lambda s: s.queued),
+    ("purgatory_executor_blocked_submitters", "Tasks waiting because the executor is full.",
+     lambda s: s.blocked_submitters),
+    ("purgatory_executor_lag_seconds", "How late the last callback started after it was due.",
+     lambda s: _seconds(s.last_lag_ms)),
+    ("purgatory_executor_max_lag_seconds", "The largest callback lag since start.",
+     lambda s: _seconds(s.max_lag_ms)),
+)  # fmt: skip
+_REAPER_GAUGES: tuple[tuple[str, str, Callable[[ReaperStatistics], float]], ...] = (
+    ("purgatory_reaper_max_lateness_seconds", "The reaper's largest wake-up lateness since start.",
+     lambda s: _seconds(s.max_lateness_ms)),
+)  # fmt: skip
+_CONSUMER_LAG = ("purgatory_consumer_lag", "Records not yet consumed, per topic and partition.")
+_READY = ("purgatory_ready", "1 when the service serves (restored, consuming), else 0.")
+_INFO = ("purgatory_info", "Always 1; the labels describe the running build.")
+
+
+class _ScrapeCollector(Collector):
+    """Yields the gauges, computed from the bound statistics at each scrape."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.sources: _Sources | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(name, doc) for name, doc in _gauge_docs()]
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(*_INFO, labels=["version"])
+        info.add_metric([self.version], 1)
+        yield info
+        sources = self.sources
+        if sources is None:
+            yield GaugeMetricFamily(*_READY, value=0)
+            return
+        yield from _gauges("engine", sources.engine, _ENGINE_GAUGES)
+        yield from _gauges("executor", sources.executor, _EXECUTOR_GAUGES)
+        yield from _gauges("reaper", sources.reaper, _REAPER_GAUGES)
+        try:
+            lag = sources.consumer_lag()
+            ready = sources.ready()
+        except Exception as exc:
+            _log.error("metrics_source_failed", source="consumer_lag/ready", error=repr(exc))
+            return
+        family = GaugeMetricFamily(*_CONSUMER_LAG, labels=["topic", "partition"])
+        for (topic, partition), records in sorted(lag.items()):
+            family.add_metric([topic, str(partition)], records)
+        yield family
+        yield GaugeMetricFamily(*_READY, value=1 if ready else 0)
+
+
+def _gauges(
+    source: str,
+    read: Callable[[], _S],
+    table: tuple[tuple[str, str, Callable[[_S], float]], ...],
+) -> Iterator[Metric]:
+    try:
+        record = read()
+    except Exception as exc:
+        _log.error("metrics_source_failed", source=source, error=repr(exc))
+        return
+    for name, doc, value in table:
+        yield GaugeMetricFamily(name, doc, value=value(record))
+
+
+def _gauge_docs() -> list[tuple[str, str]]:
+    tables = (_ENGINE_GAUGES, _EXECUTOR_GAUGES, _REAPER_GAUGES)
+    rows = [(name, doc) for table in tables for name, doc, _ in table]
+    return [*rows, _CONSUMER_LAG, _READY, _INFO]
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("purgatory")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own.
+
+    Args:
+        version: the ``version`` label of ``purgatory_info``; the installed package's version by
+            default.
+    """
+
+    def __init__(self, *, version: str | None = None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._outcomes = Counter(
+            "purgatory_outcomes_total", "Outcomes decided, by kind.", ["outcome"], registry=r
+        )
+        self._consumed = Counter(
+            "purgatory_records_consumed_total", "Kafka records consumed.", ["topic"], registry=r
+        )
+        self._produced = Counter(
+            "purgatory_records_produced_total", "Kafka records produced.", ["topic"], registry=r
+        )
+        self._dead_lettered = Counter(
+            "purgatory_records_dead_lettered_total",
+            "Consumed records sent to the dead-letter topic, by source topic and reason.",
+            ["topic", "reason"],
+            registry=r,
+        )
+        self._http = Counter(
+            "purgatory_http_requests_total",
+            "HTTP requests answered, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self._callback_errors = Counter(
+            "purgatory_callback_errors_total", "Callbacks that raised.", registry=r
+        )
+        self._signals = Counter("purgatory_signals_total", "Signals applied.", registry=r)
+        self._registrations = Counter(
+            "purgatory_registrations_total",
+            "Registrations, by result: " + ", ".join(REGISTRATION_RESULTS) + ".",
+            ["result"],
+            registry=r,
+        )
+        self._wait = Histogram(
+            "purgatory_registration_to_outcome_seconds",
+            "From registration to outcome, by outcome.",
+            ["outcome"],
+            buckets=WAIT_BUCKETS_S,
+            registry=r,
+        )
+        self._signal_to_callback = Histogram(
+            "purgatory_signal_to_callback_seconds",
+            "From the signal that completed an operation to its callback being sent.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._lateness = Histogram(
+            "purgatory_reaper_lateness_seconds",
+            "How long after a bucket's deadline the reaper advanced the wheel.",
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._http_duration = Histogram(
+            "purgatory_http_request_duration_seconds",
+            "HTTP request duration, by route template.",
+            ["route"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self._counters = (
+            self._outcomes,
+            self._consumed,
+            self._produced,
+            self._dead_lettered,
+            self._http,
+            self._callback_errors,
+            self._signals,
+            self._registrations,
+        )
+        self._histograms = (
+            self._wait,
+            self._signal_to_callback,
+            self._lateness,
+            self._http_duration,
+        )
+        # Series of known label values exist from the start, so rate() sees their first event.
+        for kind in OutcomeKind:
+            self._outcomes.labels(outcome=kind.value)
+            self._wait.labels(outcome=kind.value)
+        for result in REGISTRATION_RESULTS:
+            self._registrations.labels(result=result)
+        self._collector = _ScrapeCollector(version or _installed_version())
+        r.register(self._collector)
+
+    def bind(
+        self,
+        *,
+        engine_stats: Callable[[], EngineStatistics],
+        executor_stats: Callable[[], ExecutorStatistics],
+        reaper_stats: Callable[[], ReaperStatistics],
+        consumer_lag: Callable[[], dict[tuple[str, int], int]],
+        ready: Callable[[], bool],
+    ) -> None:
+        """Set the callables the gauges are computed from at each scrape (again: replace them).
+
+        Until this is called the scrape has only ``purgatory_info`` and ``purgatory_ready 0``.
+
+        Args:
+            engine_stats: the engine's ``statistics``.
+            executor_stats: the completion executor's ``statistics``.
+            reaper_stats: the reaper's ``statistics``.
+            consumer_lag: records behind the end, by ``(topic, partition)``.
+            ready: whether the service serves.
+        """
+        self._collector.sources = _Sources(
+            engine_stats, executor_stats, reaper_stats, consumer_lag, ready
+        )
+
+    def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
+        """Count a delivered outcome and observe its latencies.
+
+        Args:
+            outcome: the outcome whose callback was just sent.
+            now_ms: the time it was sent; for a completed operation, ``now_ms - outcome_ms`` is
+                the signal-to-callback latency.
+        """
+        kind = outcome.outcome.value
+        self._outcomes.labels(outcome=kind).inc()
+        self._wait.labels(outcome=kind).observe(
+            _seconds(outcome.outcome_ms - outcome.registered_ms)
+        )
+        if outcome.outcome is OutcomeKind.COMPLETED:
+            self._signal_to_callback.observe(_seconds(now_ms - outcome.outcome_ms))
+
+    def registration(self, result: str) -> None:
+        """Count a registration by its result (one of :data:`REGISTRATION_RESULTS`).
+
+        Raises:
+            UsageError: if ``result`` is not one of them (label values stay bounded).
+        """
+        if result not in REGISTRATION_RESULTS:
+            raise UsageError(f"result must be one of {', '.join(REGISTRATION_RESULTS)}")
+        self._registrations.labels(result=result).inc()
+
+    def signals(self, count: int = 1) -> None:
+        """Count applied signals."""
+        self._signals.inc(count)
+
+    def callback_error(self, count: int = 1) -> None:
+        """Count callbacks that raised."""
+        self._callback_errors.inc(count)
+
+    def records_consumed(self, topic: str, count: int = 1) -> None:
+        """Count Kafka records consumed from ``topic``."""
+        self._consumed.labels(topic=topic).inc(count)
+
+    def records_produced(self, topic: str, count: int = 1) -> None:
+        """Count Kafka records produced to ``topic``."""
+        self._produced.labels(topic=topic).inc(count)
+
+    def dead_lettered(self, topic: str, reason: str) -> None:
+        """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""
+        self._dead_lettered.labels(topic=topic, reason=reason).inc()
+
+    def http_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count an answered HTTP request and observe its duration.
+
+        Args:
+            route: the route template (``/v1/operations/{scope}``), never the raw path.
+            method: the HTTP method.
+            status: the status code answered.
+            seconds: how long the request took.
+        """
+        self._http.labels(route=route, method=method, status=str(status)).inc()
+        self._http_duration.labels(route=route).observe(max(0.0, seconds))
+
+    def reaper_lateness(self, lateness_ms: int) -> None:
+        """Observe how late the reaper advanced the wheel for a deadline, in ms."""
+        self._lateness.observe(_seconds(lateness_ms))
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The scrape: the exposition body and its content type.
+
+        Args:
+            accept: the request's ``Accept`` header; OpenMetrics when it asks for it, the
+                Prometheus text format otherwise.
+        """
+        if accept:
+            encode, content_type = choose_encoder(accept)
+            return encode(self.registry), content_type
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def names(self) -> set[str]:
+        """Every metric name exported, as written in queries.
+
+        Counters with their ``_total``, gauges as they are, histograms by their base name
+        (queried as ``<name>_bucket``, ``<name>_sum`` and ``<name>_count``).
+        """
+        found = {name for name, _ in _gauge_docs()}
+        for wrapper in (*self._counters, *self._histograms):
+            for metric in wrapper.describe():
+                found.add(metric.name + "_total" if metric.type == "counter" else metric.name)
+        return found

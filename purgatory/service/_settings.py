@@ -1,0 +1,599 @@
+"""The service's settings (service layer concept: configuration; the one reader of the environment).
+
+Configuration flows one way: Helm values -> ``PURGATORY_*`` environment variables -> one frozen
+:class:`Settings` -> constructor arguments. Every field ``name`` is read from
+``PURGATORY_<NAME>`` (upper case); a secret field may instead be read from the file named by
+``PURGATORY_<NAME>_FILE`` (a mounted Kubernetes Secret). Values are parsed by type:
+
+* integers: decimal digits, within the range the field documents;
+* booleans: ``true``/``false``/``1``/``0``/``yes``/``no`` (any case);
+* choices: one of the listed strings (log levels in any case);
+* lists: comma-separated, no empty item;
+* optional fields: an unset or empty variable means "not set" (``None``).
+
+Every problem is reported at once in one :class:`ConfigError`, one line per problem, each line
+starting with the variable's name and saying the expected form. A ``PURGATORY_*`` variable that
+names no setting is an error (a typo must not pass silently); the variables Kubernetes injects for
+a Service named ``purgatory...`` (``PURGATORY_SERVICE_HOST``, ``PURGATORY_PORT=tcp://...``) are
+recognised by name and value and ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from purgatory._core import MAX_TIME_MS, ConfigError, EngineConfig, TtlConfig, UsageError
+
+__all__ = ["LogFormat", "LogLevel", "SaslMechanism", "SecurityProtocol", "Settings", "env_name"]
+
+_PREFIX = "PURGATORY_"
+_FILE_SUFFIX = "_FILE"
+_DAY_MS = 86_400_000
+_SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+_SSL_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+_MAX_BYTES = 1 << 30
+
+
+class SecurityProtocol(enum.StrEnum):
+    """How the Kafka clients talk to the brokers."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class SaslMechanism(enum.StrEnum):
+    """How the Kafka clients authenticate with SASL."""
+
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+class LogLevel(enum.StrEnum):
+    """The lowest level of the log events written."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+class LogFormat(enum.StrEnum):
+    """How log events are written: JSON lines, or aligned text for a terminal."""
+
+    JSON = "json"
+    CONSOLE = "console"
+
+
+class _Kind(Protocol):
+    """How one field's value is parsed from text, checked, and written back as text."""
+
+    @property
+    def expected(self) -> str: ...
+
+    def parse(self, text: str) -> object: ...
+
+    def coerce(self, value: object) -> object: ...  # raises ValueError or TypeError
+
+    def format(self, value: Any) -> str: ...
+
+
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Int:
+    minimum: int
+    maximum: int
+
+    @property
+    def expected(self) -> str:
+        return f"must be an integer between {self.minimum} and {self.maximum}"
+
+    def parse(self, text: str) -> object:
+        if not _DIGITS.fullmatch(text.strip()):
+            raise ValueError(text)
+        return self.coerce(int(text))
+
+    def coerce(self, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(value)
+        if not self.minimum <= value <= self.maximum:
+            raise ValueError(value)
+        return value
+
+    def format(self, value: Any) -> str:
+        return str(value)
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+@dataclass(frozen=True, slots=True)
+class _Bool:
+    expected: str = "must be one of true, false, 1, 0, yes, no"
+
+    def parse(self, text: str) -> object:
+        return _BOOLS[text.strip().lower()]  # KeyError is a LookupError, caught as a bad value
+
+    def coerce(self, value: object) -> object:
+        if not isinstance(value, bool):
+            raise TypeError(value)
+        return value
+
+    def format(self, value: Any) -> str:
+        return "true" if value else "false"
+
+
+@dataclass(frozen=True, slots=True)
+class _Text:
+    """A string matching ``pattern``; ``describe`` says what that means to a person.
+
+    ``strip`` removes surrounding white space from the text, ``squeeze`` the white space around
+    commas as well (from values and overrides alike).
+    """
+
+    pattern: re.Pattern[str]
+    describe: str
+    strip: bool = True
+    squeeze: bool = False
+
+    @property
+    def expected(self) -> str:
+        return f"must be {self.describe}"
+
+    def parse(self, text: str) -> object:
+        return self.coerce(text.strip() if self.strip else text)
+
+    def coerce(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        if self.squeeze:
+            value = re.sub(r"\s*,\s*", ",", value.strip())
+        if not self.pattern.fullmatch(value):
+            raise ValueError(value)
+        return value
+
+    def format(self, value: Any) -> str:
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    kind: type[enum.StrEnum]
+    any_case: bool = False
+
+    @property
+    def expected(self) -> str:
+        return f"must be one of {', '.join(self.kind)}"
+
+    def parse(self, text: str) -> object:
+        return self.coerce(text.strip())
+
+    def coerce(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        for member in self.kind:
+            if value == member.value or (self.any_case and value.lower() == member.value):
+                return member
+        raise ValueError(value)
+
+    def format(self, value: Any) -> str:
+        return str(value.value)
+
+
+@dataclass(frozen=True, slots=True)
+class _List:
+    """A comma-separated list of ``item`` values, no empty item, no duplicate."""
+
+    item: _Kind
+    describe: str
+
+    @property
+    def expected(self) -> str:
+        return f"must be a comma-separated list of distinct {self.describe}"
+
+    def parse(self, text: str) -> object:
+        return self.coerce([self.item.parse(part) for part in text.split(",")])
+
+    def coerce(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.parse(value)
+        if not isinstance(value, list | tuple):
+            raise TypeError(value)
+        items = tuple(self.item.coerce(item) for item in value)
+        if not items or len(set(items)) != len(items):
+            raise ValueError(value)
+        return items
+
+    def format(self, value: Any) -> str:
+        return ",".join(self.item.format(item) for item in value)
+
+
+_TOKEN = re.compile(r"[^\s,]+")  # one word: no whitespace, no comma
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+_HOST_PORTS = re.compile(rf"[^\s,]+:{_PORT}(,[^\s,]+:{_PORT})*")
+_TOPIC = re.compile(r"(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}")
+_HTTP_TOKEN = re.compile(r"[\x21-\x7e]{16,4096}")  # visible ASCII: it travels in a header
+_ANY = re.compile(r".+", re.DOTALL)
+
+_WORD = _Text(_TOKEN, "a non-empty word without spaces or commas")
+_PATH = _Text(_TOKEN, "a file path without spaces or commas")
+_TOPIC_NAME = _Text(_TOPIC, "a Kafka topic name: 1 to 249 characters from a-z A-Z 0-9 . _ -")
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    kind: _Kind
+    help: str
+    optional: bool = False
+    secret: bool = False
+
+
+def _setting(default: object, kind: _Kind, help: str, *, secret: bool = False) -> Any:
+    spec = _Spec(kind, help, optional=default is None, secret=secret)
+    return field(default=default, metadata={"spec": spec})
+
+
+def _int(default: int, minimum: int, maximum: int, help: str) -> Any:
+    return _setting(default, _Int(minimum, maximum), help)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
+class Settings:
+    """Every setting of the service, validated; build it with :meth:`Settings.from_env`.
+
+    Each field's documentation (meaning and unit) is its ``help`` text below, and its default is
+    the value beside it; :meth:`describe` lists both with the environment variable's name.
+
+    Raises:
+        ConfigError: (a ``ValueError``) naming each variable whose value is invalid.
+    """
+
+    http_host: str = _setting(
+        "127.0.0.1", _WORD, "Address the HTTP API listens on (0.0.0.0 for every interface)."
+    )
+    http_port: int = _int(8080, 1, 65535, "TCP port of the HTTP API and of /metrics.")
+    kafka_bootstrap_servers: str = _setting(
+        "localhost:9092",
+        _Text(_HOST_PORTS, "a comma-separated list of host:port", squeeze=True),
+        "Kafka brokers to bootstrap from, as a comma-separated list of host:port.",
+    )
+    kafka_client_id: str = _setting("purgatory", _WORD, "Client id the Kafka clients send.")
+    kafka_group_id: str = _setting(
+        "purgatory", _WORD, "Kafka consumer group that splits the partitions between replicas."
+    )
+    kafka_security_protocol: SecurityProtocol = _setting(  # noqa: RUF009 (returns a field())
+        SecurityProtocol.PLAINTEXT, _Choice(SecurityProtocol), "Protocol to talk to the brokers."
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = _setting(  # noqa: RUF009 (returns a field())
+        None, _Choice(SaslMechanism), "SASL mechanism; required with the SASL_* protocols."
+    )
+    kafka_sasl_username: str | None = _setting(
+        None, _Text(_ANY, "a non-empty string", strip=False), "SASL user (PLAIN and SCRAM)."
+    )
+    kafka_sasl_password: str | None = _setting(
+        None, _Text(_ANY, "a non-empty string", strip=False), "SASL password.", secret=True
+    )
+    kafka_ssl_cafile: str | None = _setting(
+        None, _PATH, "PEM file of the CA that signed the brokers' certificates (SSL protocols)."
+    )
+    kafka_ssl_certfile: str | None = _setting(
+        None, _PATH, "PEM file of this client's certificate, for mutual TLS."
+    )
+    kafka_ssl_keyfile: str | None = _setting(
+        None, _PATH, "PEM file of this client's private key, for mutual TLS."
+    )
+    kafka_static_partitions: tuple[int, ...] | None = _setting(
+        None,
+        _List(_Int(0, 2**31 - 1), "partition numbers"),
+        "Partitions this replica owns (for example its pod ordinal's share); "
+        "unset: join the consumer group instead.",
+    )
+    topic_requests: str = _setting(
+        "purgatory.requests", _TOPIC_NAME, "Topic of registrations and cancels (key = scope)."
+    )
+    topic_signals: str = _setting(
+        "purgatory.signals", _TOPIC_NAME, "Topic of signals and watermarks (key = scope)."
+    )
+    topic_callbacks: str = _setting(
+        "purgatory.callbacks", _TOPIC_NAME, "Topic the outcomes are delivered to."
+    )
+    topic_dead_letters: str = _setting(
+        "purgatory.dead-letters", _TOPIC_NAME, "Topic of rejected records, with the reason."
+    )
+    topic_changelog: str = _setting(
+        "purgatory.changelog", _TOPIC_NAME, "Topic of state changes and snapshots (restore)."
+    )
+    topic_partitions: int = _int(
+        4, 1, 10_000, "Partitions of each topic the service creates (in development)."
+    )
+    max_keys_per_operation: int = _int(1000, 1, 1_000_000, "Watch keys one operation may list.")
+    max_key_bytes: int = _int(512, 1, 1 << 20, "Longest watch key, in UTF-8 bytes.")
+    max_scope_bytes: int = _int(512, 1, 1 << 20, "Longest scope, in UTF-8 bytes.")
+    max_op_id_bytes: int = _int(256, 1, 1 << 20, "Longest operation id, in UTF-8 bytes.")
+    max_payload_bytes: int = _int(
+        65536, 0, _MAX_BYTES, "Largest payload of a signal or an operation, in bytes."
+    )
+    max_record_bytes: int = _int(
+        1_048_576, 1024, _MAX_BYTES, "Largest Kafka record accepted or produced, in bytes."
+    )
+    max_request_bytes: int = _int(4_194_304, 1024, _MAX_BYTES, "Largest HTTP body, in bytes.")
+    max_batch: int = _int(10_000, 1, 1_000_000, "Items in one HTTP batch request.")
+    max_deadline_ahead_ms: int = _int(
+        366 * _DAY_MS, 1, MAX_TIME_MS, "Furthest a deadline may be in the future, in ms."
+    )
+    max_pending: int = _int(10_000_000, 1, 1 << 40, "Pending operations per replica.")
+    max_pending_per_scope: int = _int(1_000_000, 1, 1 << 40, "Pending operations per scope.")
+    max_wait_ms: int = _int(60_000, 0, 3_600_000, "Longest HTTP long poll, in ms.")
+    tick_ms: int = _int(1, 1, 60_000, "Resolution of the timing wheel, in ms.")
+    wheel_size: int = _int(512, 2, 1 << 20, "Buckets per level of the timing wheel.")
+    signal_ttl_ms: int = _int(
+        7 * _DAY_MS, 1, MAX_TIME_MS, "How long a signal is remembered after its last write, in ms."
+    )
+    outcome_ttl_ms: int = _int(
+        _DAY_MS, 1, MAX_TIME_MS, "How long an outcome is remembered for idempotent retries, in ms."
+    )
+    purge_interval: int = _int(
+        1000, 0, 2**31, "Completed operations that may linger in watch lists before a purge."
+    )
+    max_fire_per_step: int = _int(
+        10_000, 1, 2**31, "Overdue timers fired per step on restore (bounded catch-up)."
+    )
+    reaper_max_sleep_ms: int = _int(
+        200, 1, 60_000, "Longest the reaper sleeps without re-reading the clock, in ms."
+    )
+    executor_capacity: int = _int(
+        1024, 1, 1 << 24, "Batches the completion executor queues before intake waits."
+    )
+    api_token: str | None = _setting(
+        None,
+        _Text(_HTTP_TOKEN, "16 to 4096 visible ASCII characters", strip=False),
+        "When set, write endpoints require 'Authorization: Bearer <token>'.",
+        secret=True,
+    )
+    log_level: LogLevel = _setting(  # noqa: RUF009 (returns a field())
+        LogLevel.INFO, _Choice(LogLevel, any_case=True), "Lowest level of the log events written."
+    )
+    log_format: LogFormat = _setting(  # noqa: RUF009 (returns a field())
+        LogFormat.JSON, _Choice(LogFormat, any_case=True), "json (lines) or console (text)."
+    )
+    shutdown_grace_ms: int = _int(
+        10_000,
+        0,
+        3_600_000,
+        "Time a graceful stop may take (HTTP requests, executor drain), in ms.",
+    )
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for f in fields(self):
+            spec: _Spec = f.metadata["spec"]
+            value = getattr(self, f.name)
+            if value is None and spec.optional:
+                continue
+            try:
+                object.__setattr__(self, f.name, spec.kind.coerce(value))
+            except (ValueError, TypeError):
+                problems.append(_problem(f.name, spec, value))
+        if not problems:
+            problems = self._cross_checks()
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+    def _cross_checks(self) -> list[str]:
+        env = env_name
+        problems: list[str] = []
+        protocol = self.kafka_security_protocol
+        if protocol in _SASL_PROTOCOLS and self.kafka_sasl_mechanism is None:
+            problems.append(
+                f"{env('kafka_sasl_mechanism')}: required when {env('kafka_security_protocol')}"
+                f" is {protocol} (one of {', '.join(SaslMechanism)})"
+            )
+        if protocol not in _SASL_PROTOCOLS and self.kafka_sasl_mechanism is not None:
+            problems.append(
+                f"{env('kafka_sasl_mechanism')}: only used with SASL_PLAINTEXT or SASL_SSL,"
+                f" but {env('kafka_security_protocol')} is {protocol}"
+            )
+        if self.kafka_sasl_mechanism is not None:
+            for name in ("kafka_sasl_username", "kafka_sasl_password"):
+                if getattr(self, name) is None:
+                    problems.append(
+                        f"{env(name)}: required with {env('kafka_sasl_mechanism')}"
+                        f" {self.kafka_sasl_mechanism}"
+                    )
+        if protocol not in _SSL_PROTOCOLS:
+            for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
+                if getattr(self, name) is not None:
+                    problems.append(
+                        f"{env(name)}: only used with SSL or SASL_SSL,"
+                        f" but {env('kafka_security_protocol')} is {protocol}"
+                    )
+        if self.kafka_ssl_keyfile is not None and self.kafka_ssl_certfile is None:
+            problems.append(
+                f"{env('kafka_ssl_keyfile')}: needs {env('kafka_ssl_certfile')} as well"
+            )
+        topics: dict[str, str] = {}
+        for name in _TOPIC_FIELDS:
+            topic = getattr(self, name)
+            if topic in topics:
+                problems.append(
+                    f"{env(name)}: must differ from {env(topics[topic])}, both are {topic!r}"
+                )
+            topics.setdefault(topic, name)
+        if self.max_pending_per_scope > self.max_pending:
+            problems.append(
+                f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"
+                f" ({self.max_pending}), got {self.max_pending_per_scope}"
+            )
+        if self.max_payload_bytes >= self.max_record_bytes:
+            problems.append(
+                f"{env('max_payload_bytes')}: must be less than {env('max_record_bytes')}"
+                f" ({self.max_record_bytes}), got {self.max_payload_bytes}"
+            )
+        return problems
+
+    def __repr__(self) -> str:
+        shown: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            secret = f.metadata["spec"].secret and value is not None
+            shown.append(f"{f.name}={'<redacted>' if secret else repr(value)}")
+        return f"Settings({', '.join(shown)})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
+        """Read the settings from ``environ`` (usually ``os.environ``).
+
+        Args:
+            environ: the environment; only ``PURGATORY_*`` names are looked at.
+            overrides: field values (Python values, not text) that win over the environment,
+                for example from command-line options; validated like the rest.
+
+        Returns:
+            The validated settings.
+
+        Raises:
+            ConfigError: listing, one per line, every variable with an invalid value, every
+                unknown ``PURGATORY_*`` variable and every unknown override.
+        """
+        known = set(cls.env_names())
+        suffixes = [name[len(_PREFIX) :] for name in known]
+        problems = [
+            f"unknown setting override {name!r}" for name in overrides if name not in _FIELDS
+        ]
+        for name in sorted(environ):
+            if name.startswith(_PREFIX) and name not in known:
+                if _is_service_link(name, environ[name]):
+                    continue
+                close = difflib.get_close_matches(name[len(_PREFIX) :], suffixes, n=1)
+                hint = f" (did you mean {_PREFIX}{close[0]}?)" if close else ""
+                problems.append(f"{name}: unknown setting{hint}")
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in overrides:
+                continue
+            spec: _Spec = f.metadata["spec"]
+            found = _read(f.name, spec, environ, problems)
+            if found is None:
+                continue
+            text, source = found
+            if spec.optional and not text.strip():
+                values[f.name] = None
+                continue
+            try:
+                values[f.name] = spec.kind.parse(text)
+            except (ValueError, TypeError, LookupError):
+                problems.append(_problem(f.name, spec, text, source=source))
+        if problems:
+            raise ConfigError("\n".join(problems))
+        return cls(**values, **overrides)
+
+    @classmethod
+    def env_names(cls) -> list[str]:
+        """Every environment variable read, in field order (``*_FILE`` after its secret)."""
+        return [name for name, _, _ in cls.describe()]
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """``(variable, default as text ('' when unset), help)`` for every variable read."""
+        rows: list[tuple[str, str, str]] = []
+        for f in fields(cls):
+            spec: _Spec = f.metadata["spec"]
+            default = "" if f.default is None else spec.kind.format(f.default)
+            name = env_name(f.name)
+            rows.append((name, default, spec.help))
+            if spec.secret:
+                rows.append((name + _FILE_SUFFIX, "", f"File holding {name} (instead of it)."))
+        return rows
+
+    def to_engine_config(self) -> EngineConfig:
+        """The core engine's configuration from these settings.
+
+        Raises:
+            ConfigError: if the engine rejects a value (the ranges here are meant to prevent it).
+        """
+        try:
+            return EngineConfig(
+                tick_ms=self.tick_ms,
+                wheel_size=self.wheel_size,
+                purge_interval=self.purge_interval,
+                signal_ttl=TtlConfig(ttl_ms=self.signal_ttl_ms),
+                outcome_ttl_ms=self.outcome_ttl_ms,
+                max_fire_per_step=self.max_fire_per_step,
+                max_pending=self.max_pending,
+                max_pending_per_scope=self.max_pending_per_scope,
+            )
+        except UsageError as exc:
+            raise ConfigError(f"engine settings: {exc}") from exc
+
+
+_FIELDS = frozenset(f.name for f in fields(Settings))
+_TOPIC_FIELDS = tuple(
+    f.name for f in fields(Settings) if f.name.startswith("topic_") and f.name != "topic_partitions"
+)
+
+
+def env_name(field_name: str) -> str:
+    """``PURGATORY_<FIELD_NAME>``: the environment variable of a :class:`Settings` field."""
+    return _PREFIX + field_name.upper()
+
+
+def _problem(name: str, spec: _Spec, got: object, *, source: str | None = None) -> str:
+    shown = "<redacted>" if spec.secret else repr(got)
+    hint = ""
+    if isinstance(got, str) and re.fullmatch(_URL, got):
+        hint = " (a Kubernetes service link? set enableServiceLinks: false in the pod spec)"
+    return f"{source or env_name(name)}: {spec.kind.expected}, got {shown}{hint}"
+
+
+def _read(
+    name: str, spec: _Spec, environ: Mapping[str, str], problems: list[str]
+) -> tuple[str, str] | None:
+    """The field's text and the variable it came from, or None when unset (or unreadable)."""
+    env = env_name(name)
+    text = environ.get(env)
+    if not spec.secret:
+        return None if text is None else (text, env)
+    file_env = env + _FILE_SUFFIX
+    path = environ.get(file_env)
+    if path is None:
+        return None if text is None else (text, env)
+    if text is not None:
+        problems.append(f"{env}: set either {env} or {file_env}, not both")
+        return None
+    try:
+        with open(path, encoding="utf-8") as secret_file:
+            content = secret_file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{file_env}: must name a readable UTF-8 file, got {path!r} ({exc})")
+        return None
+    # Secret files usually end with a newline that is not part of the secret.
+    return content.rstrip("\r\n"), file_env
+
+
+# What Kubernetes injects for every Service in the namespace (enableServiceLinks), for a Service
+# whose name starts with "purgatory": <NAME>_SERVICE_HOST=10.0.0.1, <NAME>_SERVICE_PORT=8080,
+# <NAME>_PORT=tcp://10.0.0.1:8080, <NAME>_PORT_8080_TCP{,_PROTO,_PORT,_ADDR}=...
+_IP = r"[0-9A-Fa-f:.]+"
+_URL = r"(tcp|udp|sctp)://\S+"
+_SERVICE_LINKS = [
+    (re.compile(r"PURGATORY(_\w+)?_SERVICE_HOST"), re.compile(_IP)),
+    (re.compile(r"PURGATORY(_\w+)?_SERVICE_PORT(_\w+)?"), re.compile(r"[0-9]+")),
+    (re.compile(r"PURGATORY(_\w+)?_PORT(_[0-9]+_(TCP|UDP|SCTP))?"), re.compile(_URL)),
+    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_PROTO"), re.compile(r"tcp|udp|sctp")),
+    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_PORT"), re.compile(r"[0-9]+")),
+    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_ADDR"), re.compile(_IP)),
+]
+
+
+def _is_service_link(name: str, value: str) -> bool:
+    return any(n.fullmatch(name) and v.fullmatch(value) for n, v in _SERVICE_LINKS)

@@ -1,0 +1,300 @@
+"""Metrics: counters and histograms by observation, gauges from statistics at scrape time."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
+from purgatory.service._metrics import (
+    LATENCY_BUCKETS_S,
+    REGISTRATION_RESULTS,
+    WAIT_BUCKETS_S,
+    Metrics,
+)
+from reaper import ExecutorStatistics, ReaperStatistics
+
+ENGINE = EngineStatistics(
+    pending=12,
+    watched=30,
+    watch_keys=9,
+    timer_buckets=4,
+    timer_levels=2,
+    signals=5,
+    scopes_with_watermark=1,
+    completed=100,
+    expired=3,
+    cancelled=1,
+    purged=50,
+    late=2,
+    sequence=104,
+    clock_ms=1_000,
+)
+EXECUTOR = ExecutorStatistics(
+    queued=7,
+    capacity=1024,
+    blocked_submitters=1,
+    busy=True,
+    submitted=10,
+    executed=3,
+    errors=0,
+    last_lag_ms=250,
+    max_lag_ms=1_500,
+    total_lag_ms=2_000,
+    accepting=True,
+)
+REAPER = ReaperStatistics(
+    wakeups=10,
+    handed_off=3,
+    last_lateness_ms=1,
+    max_lateness_ms=20,
+    sleeping_until_ms=None,
+    advanced_to_ms=1_000,
+)
+
+
+def outcome(kind: OutcomeKind, *, registered_ms: int = 0, outcome_ms: int = 2_000) -> Outcome:
+    return Outcome(
+        op_id="op",
+        scope="s",
+        outcome=kind,
+        registered_ms=registered_ms,
+        outcome_ms=outcome_ms,
+        deadline_ms=10_000,
+        time_domain=TimeDomain.PROCESSING_TIME,
+        sequence=1,
+    )
+
+
+class Fakes:
+    """Statistics that a test changes between scrapes."""
+
+    def __init__(self) -> None:
+        self.engine = ENGINE
+        self.executor = EXECUTOR
+        self.reaper = REAPER
+        self.lag: dict[tuple[str, int], int] = {("purgatory.signals", 0): 3}
+        self.ready = True
+
+    def bind(self, metrics: Metrics) -> None:
+        metrics.bind(
+            engine_stats=lambda: self.engine,
+            executor_stats=lambda: self.executor,
+            reaper_stats=lambda: self.reaper,
+            consumer_lag=lambda: dict(self.lag),
+            ready=lambda: self.ready,
+        )
+
+
+def scrape(metrics: Metrics) -> dict[str, list[Sample]]:
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain")
+    return {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+
+
+def value(samples: dict[str, list[Sample]], name: str, **labels: str) -> float:
+    family = re.sub(r"_(total|bucket|sum|count)$", "", name)
+    found = [
+        s.value
+        for s in samples.get(family, samples.get(name, []))
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def observe_everything(metrics: Metrics) -> None:
+    metrics.outcome(outcome(OutcomeKind.COMPLETED, registered_ms=0, outcome_ms=2_000), now_ms=2_010)
+    metrics.registration("pending")
+    metrics.signals(3)
+    metrics.callback_error()
+    metrics.records_consumed("purgatory.signals", 4)
+    metrics.records_produced("purgatory.callbacks")
+    metrics.dead_lettered("purgatory.requests", "invalid")
+    metrics.http_request("/v1/signals", "POST", 202, 0.003)
+    metrics.reaper_lateness(2)
+
+
+def test_every_name_is_exported_after_one_observation_each() -> None:
+    metrics = Metrics(version="1.2.3")
+    Fakes().bind(metrics)
+    observe_everything(metrics)
+    body = metrics.render()[0].decode()
+    exported = {s.name for f in text_string_to_metric_families(body) for s in f.samples}
+    for name in metrics.names():
+        assert name in exported or f"{name}_count" in exported, name
+
+
+def test_names_follow_the_conventions() -> None:
+    metrics = Metrics()
+    Fakes().bind(metrics)
+    observe_everything(metrics)
+    families = text_string_to_metric_families(metrics.render()[0].decode())
+    # The text format shows each counter's and histogram's creation time as a `_created` gauge.
+    kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
+    assert len(metrics.names()) == 29
+    for name in metrics.names():
+        assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
+        family = name.removesuffix("_total")
+        kind = kinds[family]
+        assert (kind == "counter") == name.endswith("_total"), name
+        if kind == "histogram":
+            assert name.endswith("_seconds"), name
+        for unit in ("_ms", "_milliseconds", "_minutes", "_hours", "_kb", "_mb"):
+            assert unit not in name, name
+    assert set(kinds) == {name.removesuffix("_total") for name in metrics.names()}
+
+
+def test_gauges_are_computed_at_scrape_time() -> None:
+    metrics = Metrics()
+    fakes = Fakes()
+    fakes.bind(metrics)
+    first = scrape(metrics)
+    assert value(first, "purgatory_pending_operations") == 12
+    assert value(first, "purgatory_watched_entries") == 30
+    assert value(first, "purgatory_watch_keys") == 9
+    assert value(first, "purgatory_timer_buckets") == 4
+    assert value(first, "purgatory_timer_levels") == 2
+    assert value(first, "purgatory_signals_remembered") == 5
+    assert value(first, "purgatory_watermark_scopes") == 1
+    assert value(first, "purgatory_late_expirations") == 2
+    assert value(first, "purgatory_outcome_sequence") == 104
+    assert value(first, "purgatory_executor_queue_depth") == 7
+    assert value(first, "purgatory_executor_blocked_submitters") == 1
+    assert value(first, "purgatory_executor_lag_seconds") == 0.25
+    assert value(first, "purgatory_executor_max_lag_seconds") == 1.5
+    assert value(first, "purgatory_reaper_max_lateness_seconds") == 0.02
+    assert value(first, "purgatory_consumer_lag", topic="purgatory.signals", partition="0") == 3
+    assert value(first, "purgatory_ready") == 1
+
+    fakes.engine = dataclasses.replace(ENGINE, pending=13, sequence=105)
+    fakes.executor = dataclasses.replace(EXECUTOR, queued=0, last_lag_ms=0)
+    fakes.reaper = dataclasses.replace(REAPER, max_lateness_ms=40)
+    fakes.lag = {("purgatory.signals", 0): 0, ("purgatory.requests", 11): 8}
+    fakes.ready = False
+    second = scrape(metrics)
+    assert value(second, "purgatory_pending_operations") == 13
+    assert value(second, "purgatory_outcome_sequence") == 105
+    assert value(second, "purgatory_executor_queue_depth") == 0
+    assert value(second, "purgatory_executor_lag_seconds") == 0
+    assert value(second, "purgatory_reaper_max_lateness_seconds") == 0.04
+    assert value(second, "purgatory_consumer_lag", topic="purgatory.signals", partition="0") == 0
+    assert value(second, "purgatory_consumer_lag", topic="purgatory.requests", partition="11") == 8
+    assert value(second, "purgatory_ready") == 0
+
+
+def test_before_bind_only_info_and_not_ready() -> None:
+    samples = scrape(Metrics(version="9.9.9"))
+    assert value(samples, "purgatory_info", version="9.9.9") == 1
+    assert value(samples, "purgatory_ready") == 0
+    assert "purgatory_pending_operations" not in samples
+
+
+def test_a_failing_source_loses_only_its_gauges() -> None:
+    metrics = Metrics()
+
+    def broken() -> EngineStatistics:
+        raise RuntimeError("engine gone")
+
+    metrics.bind(
+        engine_stats=broken,
+        executor_stats=lambda: EXECUTOR,
+        reaper_stats=lambda: REAPER,
+        consumer_lag=dict,
+        ready=lambda: True,
+    )
+    samples = scrape(metrics)
+    assert "purgatory_pending_operations" not in samples
+    assert value(samples, "purgatory_executor_queue_depth") == 7
+    assert value(samples, "purgatory_ready") == 1
+
+
+def test_counters_and_their_labels() -> None:
+    metrics = Metrics()
+    observe_everything(metrics)
+    metrics.outcome(outcome(OutcomeKind.EXPIRED), now_ms=2_000)
+    metrics.http_request("/v1/signals", "POST", 202, 0.001)
+    metrics.http_request("/v1/operations/{scope}/{op_id}", "GET", 404, 0.001)
+    s = scrape(metrics)
+    assert value(s, "purgatory_outcomes_total", outcome="completed") == 1
+    assert value(s, "purgatory_outcomes_total", outcome="expired") == 1
+    assert value(s, "purgatory_outcomes_total", outcome="cancelled") == 0
+    for result in REGISTRATION_RESULTS:
+        expected = 1 if result == "pending" else 0
+        assert value(s, "purgatory_registrations_total", result=result) == expected
+    assert value(s, "purgatory_signals_total") == 3
+    assert value(s, "purgatory_callback_errors_total") == 1
+    assert value(s, "purgatory_records_consumed_total", topic="purgatory.signals") == 4
+    assert value(s, "purgatory_records_produced_total", topic="purgatory.callbacks") == 1
+    dead = {"topic": "purgatory.requests", "reason": "invalid"}
+    assert value(s, "purgatory_records_dead_lettered_total", **dead) == 1
+    post = {"route": "/v1/signals", "method": "POST", "status": "202"}
+    assert value(s, "purgatory_http_requests_total", **post) == 2
+    get = {"route": "/v1/operations/{scope}/{op_id}", "method": "GET", "status": "404"}
+    assert value(s, "purgatory_http_requests_total", **get) == 1
+    route = {"route": "/v1/signals"}
+    assert value(s, "purgatory_http_request_duration_seconds_count", **route) == 2
+    with pytest.raises(UsageError, match="result must be one of pending"):
+        metrics.registration("accepted")
+
+
+def test_latencies_are_observed_in_seconds() -> None:
+    metrics = Metrics()
+    metrics.outcome(
+        outcome(OutcomeKind.COMPLETED, registered_ms=500, outcome_ms=2_000), now_ms=2_020
+    )
+    metrics.outcome(outcome(OutcomeKind.EXPIRED, registered_ms=0, outcome_ms=60_000), now_ms=60_001)
+    metrics.reaper_lateness(3)
+    s = scrape(metrics)
+    wait = "purgatory_registration_to_outcome_seconds"
+    assert value(s, f"{wait}_sum", outcome="completed") == pytest.approx(1.5)
+    assert value(s, f"{wait}_sum", outcome="expired") == pytest.approx(60.0)
+    assert value(s, f"{wait}_bucket", outcome="completed", le="1.0") == 0
+    assert value(s, f"{wait}_bucket", outcome="completed", le="2.5") == 1
+    # Only a completed operation has a signal that led to its callback.
+    assert value(s, "purgatory_signal_to_callback_seconds_count") == 1
+    assert value(s, "purgatory_signal_to_callback_seconds_sum") == pytest.approx(0.02)
+    assert value(s, "purgatory_reaper_lateness_seconds_sum") == pytest.approx(0.003)
+
+
+def test_histogram_buckets_cover_the_documented_ranges() -> None:
+    assert WAIT_BUCKETS_S[0] <= 0.001 and WAIT_BUCKETS_S[-1] >= 3600
+    assert LATENCY_BUCKETS_S[0] <= 0.0005 and LATENCY_BUCKETS_S[-1] >= 10
+    assert list(WAIT_BUCKETS_S) == sorted(set(WAIT_BUCKETS_S))
+    assert list(LATENCY_BUCKETS_S) == sorted(set(LATENCY_BUCKETS_S))
+    assert 0.025 in LATENCY_BUCKETS_S  # the p99 signal-to-callback target is a bucket bound
+    metrics = Metrics()
+    observe_everything(metrics)
+    s = scrape(metrics)
+
+    def bounds(family: str) -> list[float]:
+        edges = {x.labels["le"] for x in s[family] if x.name.endswith("_bucket")}
+        return sorted(float(e) for e in edges if e != "+Inf")
+
+    assert bounds("purgatory_registration_to_outcome_seconds") == list(WAIT_BUCKETS_S)
+    for family in (
+        "purgatory_signal_to_callback_seconds",
+        "purgatory_reaper_lateness_seconds",
+        "purgatory_http_request_duration_seconds",
+    ):
+        assert bounds(family) == list(LATENCY_BUCKETS_S)
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    one, two = Metrics(), Metrics()
+    one.signals(5)
+    assert value(scrape(one), "purgatory_signals_total") == 5
+    assert value(scrape(two), "purgatory_signals_total") == 0
+    assert one.registry is not two.registry
+
+
+def test_openmetrics_on_request() -> None:
+    metrics = Metrics()
+    body, content_type = metrics.render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith(b"# EOF")
+    assert metrics.render("text/plain")[1].startswith("text/plain")
