@@ -34,7 +34,7 @@ from purgatory._codec import (
     encode_callback,
     encode_dead_letter,
 )
-from purgatory._core import Engine, Outcome, OutcomeKind, UsageError
+from purgatory._core import Engine, Outcome, OutcomeKind, TimeDomain, UsageError
 from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._kafka import (
     ConsumedRecord,
@@ -193,6 +193,7 @@ async def run_service(
         max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
         wake=wake,
         wake_now=wake_now,
+        metrics=metrics,
     )
     reaper = Reaper(state.engine, executor, clock, max_sleep_ms=settings.reaper_max_sleep_ms)
     ready = False
@@ -201,9 +202,19 @@ async def run_service(
 
         async def deliver(outcome: Outcome) -> None:
             topic = outcome.reply_to or settings.topic_callbacks
-            await sink.send(topic, outcome.scope.encode(), encode_callback(outcome))
+            try:
+                await sink.send(topic, outcome.scope.encode(), encode_callback(outcome))
+            except Exception:
+                metrics.callback_error()
+                raise  # the executor logs it (callback_failed) and goes on
+            now_ms = clock.now_ms()
             metrics.records_produced(topic)
-            metrics.outcome(outcome, now_ms=clock.now_ms())
+            metrics.outcome(outcome, now_ms=now_ms)
+            if (
+                outcome.outcome is OutcomeKind.EXPIRED
+                and outcome.time_domain is TimeDomain.PROCESSING_TIME
+            ):
+                metrics.reaper_lateness(max(0, now_ms - outcome.deadline_ms))
             state.delivered(outcome)
             _log.debug(
                 "operation_" + outcome.outcome.value,

@@ -234,7 +234,7 @@ class Metrics:
         )
         self._lateness = Histogram(
             "purgatory_reaper_lateness_seconds",
-            "How long after a bucket's deadline the reaper advanced the wheel.",
+            "How long after its deadline an expiration was delivered (reaper and executor delay).",
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
@@ -353,7 +353,7 @@ class Metrics:
         self._http_duration.labels(route=route).observe(max(0.0, seconds))
 
     def reaper_lateness(self, lateness_ms: int) -> None:
-        """Observe how late the reaper advanced the wheel for a deadline, in ms."""
+        """Observe how long after its deadline an expiration was delivered, in ms."""
         self._lateness.observe(_seconds(lateness_ms))
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:

@@ -24,6 +24,7 @@ import trio
 
 from purgatory._codec import CancelRequest, RegisterRequest, SignalRecord, WatermarkRecord
 from purgatory._core import (
+    ConflictError,
     Engine,
     LimitError,
     OperationSpec,
@@ -32,8 +33,12 @@ from purgatory._core import (
     TimeDomain,
     UsageError,
 )
+from purgatory.service._logging import get_logger
+from purgatory.service._metrics import Metrics
 
 __all__ = ["Input", "ServiceState", "ServiceStatistics"]
+
+_log = get_logger()
 
 Input = RegisterRequest | CancelRequest | SignalRecord | WatermarkRecord
 
@@ -60,6 +65,7 @@ class ServiceState:
         max_deadline_ahead_ms: how far in the future a processing-time deadline may be.
         wake: called with a new deadline, so a sleeping reaper wakes in time for it.
         wake_now: called when something may be due at once (a watermark moved).
+        metrics: where registrations and signals are counted (None: nowhere).
     """
 
     def __init__(
@@ -70,7 +76,9 @@ class ServiceState:
         max_deadline_ahead_ms: int,
         wake: Callable[[int], None] = lambda _deadline_ms: None,
         wake_now: Callable[[], None] = lambda: None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._now_ms = now_ms
         self._max_ahead_ms = max_deadline_ahead_ms
         self._wake = wake
@@ -107,9 +115,24 @@ class ServiceState:
         """
         now = self._now_ms()
         spec = request.to_spec(now)
-        self._check_deadline(spec, now)
-        registration = self.engine.register(spec, now_ms=now)
+        try:
+            self._check_deadline(spec, now)
+            registration = self.engine.register(spec, now_ms=now)
+        except ConflictError:
+            self._count_registration("conflict")
+            raise
+        except LimitError:
+            self._count_registration("limited")
+            raise
         self._counts["registrations"] += 1
+        self._count_registration(registration.status.value)
+        _log.debug(
+            "operation_registered",
+            op_id=spec.op_id,
+            scope=spec.scope,
+            status=registration.status.value,
+            deadline_ms=spec.deadline_ms,
+        )
         if spec.time_domain is TimeDomain.PROCESSING_TIME:
             self._wake(spec.deadline_ms)
         else:
@@ -119,18 +142,29 @@ class ServiceState:
     def cancel(self, request: CancelRequest) -> Outcome | None:
         """Cancel a pending operation; None if it is not pending."""
         self._counts["cancels"] += 1
-        return self.engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
+        outcome = self.engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
+        _log.debug(
+            "operation_cancel_requested",
+            op_id=request.op_id,
+            scope=request.scope,
+            found=outcome is not None,
+        )
+        return outcome
 
     def signal(self, record: SignalRecord) -> int:
         """Remember a signal and complete what it satisfies; returns how many completed."""
         self._counts["signals"] += 1
-        return self.engine.signal(
+        completed = self.engine.signal(
             record.scope,
             record.key,
             now_ms=self._now_ms(),
             event_time_ms=record.event_time_ms,
             payload=record.payload,
         )
+        if self._metrics is not None:
+            self._metrics.signals()
+        _log.debug("signal_received", scope=record.scope, key=record.key, completed=completed)
+        return completed
 
     def watermark(self, record: WatermarkRecord) -> bool:
         """Move a scope's watermark; True if it moved forward."""
@@ -138,6 +172,9 @@ class ServiceState:
         moved = self.engine.advance_watermark(record.scope, record.watermark_ms)
         if moved:
             self._wake_now()
+        _log.debug(
+            "watermark_advanced", scope=record.scope, watermark_ms=record.watermark_ms, moved=moved
+        )
         return moved
 
     # -- outcomes -----------------------------------------------------------------------------
@@ -191,6 +228,10 @@ class ServiceState:
         return ServiceStatistics(
             outbox=len(self._outbox), waiters=len(self._waiters), **self._counts
         )
+
+    def _count_registration(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.registration(result)
 
     def _check_deadline(self, spec: OperationSpec, now: int) -> None:
         if (

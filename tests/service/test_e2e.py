@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -185,6 +186,21 @@ async def test_http_registration_completed_by_kafka_signals(kafka_broker: Embedd
         waited = await client.wait("night", "report", timeout_ms=10_000)
         assert waited["status"] == "completed"
         [callback] = await consume(kafka_broker, settings.topic_callbacks, 1)
+        url = f"http://{settings.http_host}:{settings.http_port}"
+        async with httpx.AsyncClient(base_url=url) as http:
+            metrics = (await http.get("/metrics")).text
+            assert (await http.get("/readyz")).json() == {"ready": True}
+    samples = dict(
+        line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#")
+    )
+    assert float(samples['purgatory_outcomes_total{outcome="completed"}']) == 1
+    assert float(samples["purgatory_signals_total"]) == 3
+    assert float(samples['purgatory_registrations_total{result="pending"}']) == 1
+    assert (
+        float(samples[f'purgatory_records_consumed_total{{topic="{settings.topic_signals}"}}']) == 3
+    )
+    assert float(samples["purgatory_pending_operations"]) == 0
+    assert float(samples["purgatory_ready"]) == 1
     assert callback["op_id"] == "report" and callback["outcome"] == "completed"
     assert callback["_key"] == b"night"
     assert callback["keys"] == ["orders", "users", "stock"]
