@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from starlette.applications import Starlette
@@ -40,6 +40,8 @@ from purgatory._core import ConflictError, LimitError, Outcome, Registration, Us
 from purgatory.service._state import ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
+
+_R = TypeVar("_R", RegisterRequest, SignalRecord, WatermarkRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,20 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
             raise HttpError(413, f"more than max_batch ({config.max_batch}) items", name)
         return listed
 
+    def decode_all(
+        payload: Any, name: str, kind: str, decode: Callable[..., object], cls: type[_R]
+    ) -> list[_R]:
+        """Decode every item of a batch before any is applied; errors name ``name[i].field``."""
+        decoded: list[_R] = []
+        for i, item in enumerate(items(payload, name)):
+            try:
+                record = decode(envelope(item, kind, f"{name}[{i}]"), config.limits)
+            except RecordError as exc:
+                raise HttpError(422, exc.reason, f"{name}[{i}].{exc.field}") from None
+            assert isinstance(record, cls)  # envelope() pinned the type
+            decoded.append(record)
+        return decoded
+
     def register_one(req: RegisterRequest) -> tuple[int, dict[str, Any]]:
         reg = state.register(req)
         status = 201 if reg.status.value in ("pending", "completed") else 200
@@ -140,15 +156,8 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
         return JSONResponse(answer, status_code=status)
 
     async def create_operations(request: Request) -> Response:
-        listed = items(await body(request), "operations")
-        decoded: list[RegisterRequest] = []
-        for i, item in enumerate(listed):
-            try:
-                req = decode_request(envelope(item, "register", f"operations[{i}]"), config.limits)
-            except RecordError as exc:
-                raise HttpError(422, exc.reason, f"operations[{i}].{exc.field}") from None
-            assert isinstance(req, RegisterRequest)
-            decoded.append(req)
+        payload = await body(request)
+        decoded = decode_all(payload, "operations", "register", decode_request, RegisterRequest)
         results: list[dict[str, Any]] = []
         for req in decoded:
             try:
@@ -225,28 +234,14 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
         )
 
     async def post_signals(request: Request) -> Response:
-        listed = items(await body(request), "signals")
-        records: list[SignalRecord] = []
-        for i, item in enumerate(listed):
-            try:
-                rec = decode_signal(envelope(item, "signal", f"signals[{i}]"), config.limits)
-            except RecordError as exc:
-                raise HttpError(422, exc.reason, f"signals[{i}].{exc.field}") from None
-            assert isinstance(rec, SignalRecord)
-            records.append(rec)
+        payload = await body(request)
+        records = decode_all(payload, "signals", "signal", decode_signal, SignalRecord)
         completed = sum(state.signal(rec) for rec in records)
         return JSONResponse({"accepted": len(records), "completed": completed})
 
     async def post_watermarks(request: Request) -> Response:
-        listed = items(await body(request), "watermarks")
-        records: list[WatermarkRecord] = []
-        for i, item in enumerate(listed):
-            try:
-                rec = decode_signal(envelope(item, "watermark", f"watermarks[{i}]"), config.limits)
-            except RecordError as exc:
-                raise HttpError(422, exc.reason, f"watermarks[{i}].{exc.field}") from None
-            assert isinstance(rec, WatermarkRecord)
-            records.append(rec)
+        payload = await body(request)
+        records = decode_all(payload, "watermarks", "watermark", decode_signal, WatermarkRecord)
         moved = sum(state.watermark(rec) for rec in records)
         return JSONResponse({"accepted": len(records), "moved": moved})
 
