@@ -241,12 +241,18 @@ async def run_service(
             group_id=settings.kafka_group_id,
             assignment=assignment,
         ) as source:
+
+            def is_ready() -> bool:
+                # Serving, and holding partitions to consume (a group may not have assigned any
+                # yet, or may have revoked them): only then does the replica see its scopes.
+                return ready and bool(source.assignment())
+
             metrics.bind(
                 engine_stats=state.engine.statistics,
                 executor_stats=executor.statistics,
                 reaper_stats=reaper.statistics,
                 consumer_lag=source.lag,
-                ready=lambda: ready,
+                ready=is_ready,
             )
             app = build_app(
                 state,
@@ -256,7 +262,7 @@ async def run_service(
                     max_batch=settings.max_batch,
                     max_wait_ms=settings.max_wait_ms,
                     api_token=settings.api_token,
-                    ready=lambda: ready,
+                    ready=is_ready,
                     metrics=metrics.render,
                     openapi=load_openapi(),
                     observe=metrics.http_request,
