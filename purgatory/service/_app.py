@@ -95,9 +95,10 @@ async def _intake(
     async for batch in source.receive:
         offsets: dict[tuple[str, int], int] = {}
         dead = 0
+        counts: dict[str, int] = {}
         for record in batch:
             offsets[(record.topic, record.partition)] = record.offset + 1
-            metrics.records_consumed(record.topic)
+            counts[record.topic] = counts.get(record.topic, 0) + 1
             reason = _apply(record, state, decoders[record.topic], limits)
             if reason is not None:
                 message, field = reason
@@ -117,6 +118,8 @@ async def _intake(
                 )
                 metrics.dead_lettered(record.topic, "invalid" if field else "refused")
                 dead += 1
+        for topic, count in counts.items():
+            metrics.records_consumed(topic, count)
         if dead:
             await sink.flush()  # dead letters are durable before their offsets are committed
         await source.commit(offsets)

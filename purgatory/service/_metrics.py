@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
@@ -268,6 +268,7 @@ class Metrics:
         for result in REGISTRATION_RESULTS:
             self._registrations.labels(result=result)
         self._collector = _ScrapeCollector(version or _installed_version())
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r.register(self._collector)
 
     def bind(
@@ -303,10 +304,8 @@ class Metrics:
                 the signal-to-callback latency.
         """
         kind = outcome.outcome.value
-        self._outcomes.labels(outcome=kind).inc()
-        self._wait.labels(outcome=kind).observe(
-            _seconds(outcome.outcome_ms - outcome.registered_ms)
-        )
+        self._child(self._outcomes, kind).inc()
+        self._child(self._wait, kind).observe(_seconds(outcome.outcome_ms - outcome.registered_ms))
         if outcome.outcome is OutcomeKind.COMPLETED:
             self._signal_to_callback.observe(_seconds(now_ms - outcome.outcome_ms))
 
@@ -318,7 +317,7 @@ class Metrics:
         """
         if result not in REGISTRATION_RESULTS:
             raise UsageError(f"result must be one of {', '.join(REGISTRATION_RESULTS)}")
-        self._registrations.labels(result=result).inc()
+        self._child(self._registrations, result).inc()
 
     def signals(self, count: int = 1) -> None:
         """Count applied signals."""
@@ -330,11 +329,11 @@ class Metrics:
 
     def records_consumed(self, topic: str, count: int = 1) -> None:
         """Count Kafka records consumed from ``topic``."""
-        self._consumed.labels(topic=topic).inc(count)
+        self._child(self._consumed, topic).inc(count)
 
     def records_produced(self, topic: str, count: int = 1) -> None:
         """Count Kafka records produced to ``topic``."""
-        self._produced.labels(topic=topic).inc(count)
+        self._child(self._produced, topic).inc(count)
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""
@@ -351,6 +350,14 @@ class Metrics:
         """
         self._http.labels(route=route, method=method, status=str(status)).inc()
         self._http_duration.labels(route=route).observe(max(0.0, seconds))
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        """``family.labels(*labels)``, memoized: the hot paths call this per record."""
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def reaper_lateness(self, lateness_ms: int) -> None:
         """Observe how long after its deadline an expiration was delivered, in ms."""
