@@ -6,7 +6,8 @@
 markdown tables, the machine and the DESIGN.md targets met or missed, and writes
 ``DIR/bench-results.json`` and ``DIR/timer-throughput.png`` (``DIR`` defaults to ``docs``).
 ``--quick`` uses small sizes and finishes in well under a minute; the full run takes a few
-minutes on a 2-core machine.
+minutes on a 2-core machine. ``--service`` also runs :mod:`tests.benchmarks.bench_service` (the
+service as a process of its own, through a real broker) and writes ``DIR/bench-service.json``.
 """
 
 from __future__ import annotations
@@ -380,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="also run the service end to end (tests.benchmarks.bench_service)",
+    )
     args = parser.parse_args(argv)
     config = QUICK if args.quick else FULL
 
@@ -392,6 +398,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = run_all(config, args.out, progress=progress, command=command)
     print(render(report))
     print(f"Wrote {args.out / 'bench-results.json'} and {args.out / 'timer-throughput.png'}")
+    if args.service:
+        # Imported only when asked: it brings in the Kafka and HTTP clients.
+        from tests.benchmarks import bench_service  # noqa: PLC0415
+
+        service = bench_service.run_service_benchmarks(
+            bench_service.QUICK if args.quick else bench_service.FULL, progress=progress
+        )
+        print("\n## The service end to end over loopback (Kafka, HTTP)\n")
+        print(bench_service.render(service, command))
+        bench_service.write_json(service, args.out / "bench-service.json", command)
+        print(f"Wrote {args.out / 'bench-service.json'}")
     return 0
 
 

@@ -1,0 +1,1284 @@
+"""The service end to end over loopback: Kafka signals, latency, memory, HTTP (harness).
+
+``python -m tests.benchmarks.bench_service [--quick] [--out DIR]`` starts one embedded broker
+(Tansu) in this process and, for each measurement, the service as a separate process
+(``python -m purgatory.service._cli serve`` configured by ``PURGATORY_*`` variables: that
+broker, topics of its own, static partitions, ``PURGATORY_LOG_LEVEL=warning``), so the load
+generator (kafka-python producer and consumer, httpx) never shares the service's interpreter.
+On a 2-core machine the broker, the service and the load generator still share the two cores;
+the CPU seconds each of them used are reported beside the figures.
+
+1. **Signals per second through Kafka**: ``N`` operations are registered over HTTP
+   (``/v1/operations:batch``), each waiting for one distinct key with a long timeout; then ``N``
+   signal records are produced to the signals topic as fast as kafka-python sends them, and
+   the callbacks topic is read until ``N`` callbacks arrived. The rate is ``N`` over the time
+   from the first send to the arrival of the last callback.
+2. **Latency at a fixed rate**: a paced producer sends signals at ``rate`` per second, each
+   completing one pre-registered operation and carrying its send time (``perf_counter_ns``) in
+   its payload, which comes back in the callback's ``signals``. The latency of a signal is the
+   time its callback arrived in the consumer minus that send time (one clock, one process).
+3. **RSS with pending operations**: ``VmRSS`` of the service process before and after
+   registering ``N`` operations (one key each, far deadline) in HTTP batches.
+4. **HTTP registrations per second**: sequential single ``POST /v1/operations`` on one
+   keep-alive connection, and ``/v1/operations:batch`` in batches.
+
+Every run checks what it measured: each signal produced exactly one ``completed`` callback for
+its own operation, every registration was answered 201. The report is a markdown table with
+the machine and the command, and ``DIR/bench-service.json`` (``DIR`` defaults to ``docs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from purgatory._codec import SignalRecord, encode_signal
+from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._settings import Settings, env_name
+from tests.benchmarks._measure import machine_info
+
+__all__ = [
+    "FULL",
+    "QUICK",
+    "CallbackReader",
+    "HopResult",
+    "HttpResult",
+    "LatencyResult",
+    "RssResult",
+    "ServiceBenchConfig",
+    "ServiceProcess",
+    "ServiceReport",
+    "Target",
+    "ThroughputResult",
+    "bench_http",
+    "bench_kafka_hop",
+    "bench_latency",
+    "bench_rss",
+    "bench_throughput",
+    "main",
+    "render",
+    "run_service_benchmarks",
+]
+
+#: DESIGN.md's service targets.
+TARGET_SIGNALS_PER_S = 50_000
+TARGET_P99_MS = 25.0
+TARGET_RSS_BYTES = 1 << 30
+
+_LONG_TIMEOUT_MS = 3_600_000  # registered operations never expire during a run
+_WARMUP_OPS = 200
+_WARMUP_SCOPE = "warmup"
+_WARMUP_KEY = b"warmup0"  # the warm-up operations' scope, and so their records' key
+_READY_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 30.0
+_SETTLE_S = 0.5  # extra reading after the last expected callback, to catch duplicates
+_HTTP_TIMEOUT_S = 300.0
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceBenchConfig:
+    """Sizes of one run.
+
+    ``latency_rates_per_s``: the first rate is the one DESIGN.md's p99 target is checked at;
+    the Kafka hop baseline runs at that rate for ``hop_duration_s`` per consumer setting.
+    """
+
+    throughput_signals: int
+    latency_rates_per_s: tuple[int, ...]
+    latency_duration_s: float
+    rss_pending: int
+    http_single: int
+    http_batched_ops: int
+    register_batch: int = 10_000
+    rss_batch: int = 10_000
+    http_batch: int = 1_000
+    hop_duration_s: float = 5.0
+    hop_fetch_max_wait_ms: tuple[int, ...] = (500, 20)
+    partitions: int = 2
+    scopes: int = 8
+
+
+FULL = ServiceBenchConfig(
+    throughput_signals=100_000,
+    latency_rates_per_s=(5_000, 1_000),
+    latency_duration_s=10.0,
+    rss_pending=1_000_000,
+    http_single=5_000,
+    http_batched_ops=100_000,
+)
+QUICK = ServiceBenchConfig(
+    throughput_signals=3_000,
+    latency_rates_per_s=(1_000,),
+    latency_duration_s=2.0,
+    rss_pending=20_000,
+    http_single=300,
+    http_batched_ops=5_000,
+    register_batch=5_000,
+    rss_batch=5_000,
+    hop_duration_s=1.0,
+)
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` (every thread), from ``/proc``."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields_after_name = stat.read().rsplit(")", 1)[1].split()
+    utime, stime = int(fields_after_name[11]), int(fields_after_name[12])
+    return (utime + stime) / _clock_ticks()
+
+
+def process_rss_bytes(pid: int) -> int:
+    """``VmRSS`` of process ``pid``, in bytes."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415 (only here)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServiceProcess:
+    """The service as a child process on ``broker``, with topics of its own; a context manager.
+
+    Entering creates the topics, starts ``python -m purgatory.service._cli serve`` and waits
+    (bounded) until ``/readyz`` answers 200; leaving sends SIGTERM and waits for the exit
+    (killing it if it does not stop in time).
+    """
+
+    def __init__(self, broker: EmbeddedBroker, *, partitions: int, log_dir: Path) -> None:
+        prefix = f"b{uuid.uuid4().hex[:10]}"
+        self.broker = broker
+        self.partitions = partitions
+        self.settings = Settings.from_env(
+            {},
+            kafka_bootstrap_servers=broker.bootstrap_servers,
+            kafka_group_id=f"{prefix}-group",
+            kafka_static_partitions=tuple(range(partitions)),
+            topic_requests=f"{prefix}.requests",
+            topic_signals=f"{prefix}.signals",
+            topic_callbacks=f"{prefix}.callbacks",
+            topic_dead_letters=f"{prefix}.dead-letters",
+            topic_changelog=f"{prefix}.changelog",
+            topic_partitions=partitions,
+            http_port=_free_port(),
+            log_level="warning",
+        )
+        self.url = f"http://127.0.0.1:{self.settings.http_port}"
+        self.log_path = log_dir / f"service-{prefix}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The service's process id.
+
+        Raises:
+            RuntimeError: it is not running.
+        """
+        if self._process is None:
+            raise RuntimeError("the service is not running")
+        return self._process.pid
+
+    def environment(self) -> dict[str, str]:
+        """The child's environment: this one without ``PURGATORY_*``, plus the settings."""
+        s = self.settings
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
+        names = (
+            "kafka_bootstrap_servers",
+            "kafka_group_id",
+            "topic_requests",
+            "topic_signals",
+            "topic_callbacks",
+            "topic_dead_letters",
+            "topic_changelog",
+            "topic_partitions",
+            "http_port",
+        )
+        env.update({env_name(name): str(getattr(s, name)) for name in names})
+        env[env_name("kafka_static_partitions")] = ",".join(map(str, range(self.partitions)))
+        env[env_name("log_level")] = "warning"
+        return env
+
+    def start(self) -> None:
+        """Create the topics, start the service, wait until it is ready.
+
+        Raises:
+            RuntimeError: the service exited or was not ready in time (with its log's tail).
+        """
+        s = self.settings
+        topics = (
+            s.topic_requests,
+            s.topic_signals,
+            s.topic_callbacks,
+            s.topic_dead_letters,
+            s.topic_changelog,
+        )
+        self.broker.create_topics({t: self.partitions for t in topics})
+        log = self.log_path.open("wb")
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "purgatory.service._cli", "serve"],
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            log.close()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        end = time.perf_counter() + _READY_TIMEOUT_S
+        with httpx.Client(base_url=self.url, timeout=2.0) as http:
+            while time.perf_counter() < end:
+                if self._process.poll() is not None:
+                    raise RuntimeError(
+                        f"the service exited with {self._process.returncode}: {self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get("/readyz").status_code == 200:
+                        return
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the service was not ready in {_READY_TIMEOUT_S} s: {self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM, wait, kill if needed; idempotent."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(_STOP_TIMEOUT_S)
+
+    def log_tail(self) -> str:
+        """The end of the service's output."""
+        if not self.log_path.exists():
+            return "(no log)"
+        return self.log_path.read_bytes()[-3000:].decode(errors="replace").strip() or "(empty)"
+
+    def cpu_s(self) -> float:
+        """CPU seconds the service has used so far."""
+        return process_cpu_s(self.pid)
+
+    def rss_bytes(self) -> int:
+        """The service's resident set size."""
+        return process_rss_bytes(self.pid)
+
+    def __enter__(self) -> ServiceProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# -- load generation ----------------------------------------------------------------------------
+
+
+def _op(index: int, scopes: int, prefix: str) -> dict[str, Any]:
+    return {
+        "scope": f"{prefix}{index % scopes}",
+        "op_id": f"o{index}",
+        "keys": [f"k{index}"],
+        "timeout_ms": _LONG_TIMEOUT_MS,
+    }
+
+
+def register_range(
+    http: httpx.Client,
+    indexes: range,
+    *,
+    batch: int,
+    scopes: int,
+    prefix: str = "s",
+) -> float:
+    """Register operation ``i`` (scope ``{prefix}{i % scopes}``, key ``k{i}``) for every ``i``
+    in ``indexes`` through ``/v1/operations:batch``; returns the wall seconds it took.
+
+    Raises:
+        RuntimeError: a request failed or an operation was not answered 201.
+    """
+    start = time.perf_counter()
+    for first in range(indexes.start, indexes.stop, batch):
+        last = min(first + batch, indexes.stop)
+        body = json.dumps({"operations": [_op(i, scopes, prefix) for i in range(first, last)]})
+        response = http.post(
+            "/v1/operations:batch",
+            content=body.encode(),
+            headers={"content-type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"batch {first}: HTTP {response.status_code} {response.text[:300]}")
+        results = response.json()["results"]
+        created = sum(1 for r in results if r["http_status"] == 201)
+        if created != last - first:
+            bad = next(r for r in results if r["http_status"] != 201)
+            raise RuntimeError(f"batch {first}: {last - first - created} not created, e.g. {bad}")
+    return time.perf_counter() - start
+
+
+def signal_value(scope: str, key: str, payload: str | None = None) -> bytes:
+    """The signals-topic record value of signal ``key`` in ``scope``."""
+    return encode_signal(SignalRecord(scope, key, None, payload))
+
+
+def _producer(bootstrap: str, **options: Any) -> Any:
+    from kafka import KafkaProducer  # noqa: PLC0415 (after the warning filters of pytest)
+
+    return KafkaProducer(bootstrap_servers=bootstrap, acks=1, **options)
+
+
+Arrival = tuple[int, bytes | None, bytes]
+"""One polled record: when the poll returned it (``perf_counter_ns``), its key, its value."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ReaderSpec:
+    bootstrap: str
+    topic: str
+    partitions: int
+    ignore_key: bytes
+    fetch_max_wait_ms: int
+
+
+def _reader_main(spec: _ReaderSpec, counts: Any, ready: Any, stop: Any, conn: Connection) -> None:
+    """The reader process: poll ``topic`` from its start until ``stop``, then send what came."""
+    import warnings  # noqa: PLC0415
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    arrivals: list[Arrival] = []
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=spec.bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=spec.fetch_max_wait_ms,
+            max_poll_records=20_000,
+        )
+        try:
+            parts = [TopicPartition(spec.topic, p) for p in range(spec.partitions)]
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            consumer.poll(timeout_ms=0)
+            ready.set()
+            counted = ignored = 0
+            while not stop.is_set():
+                polled = consumer.poll(timeout_ms=50)
+                if not polled:
+                    continue
+                now = time.perf_counter_ns()
+                for records in polled.values():
+                    for r in records:
+                        arrivals.append((now, r.key, r.value))
+                        if r.key == spec.ignore_key:
+                            ignored += 1
+                        else:
+                            counted += 1
+                counts[0], counts[1] = counted, ignored
+        finally:
+            consumer.close()
+        conn.send(("ok", arrivals))
+    except Exception as exc:
+        ready.set()
+        conn.send(("error", repr(exc)))
+    finally:
+        conn.close()
+
+
+class CallbackReader:
+    """Reads a topic from its start in a process of its own, stamping each poll's arrival.
+
+    A separate process keeps the reader from competing with the producer for this process's
+    interpreter lock (which would add its own delays to the latencies measured); its clock,
+    ``perf_counter_ns`` (``CLOCK_MONOTONIC``), is the producer's. ``counted`` is the number of
+    records whose key is not ``ignore_key`` (the warm-up scope), ``ignored`` the others; the
+    records themselves come back from :meth:`finish`.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        ignore_key: bytes = b"",
+        *,
+        fetch_max_wait_ms: int = 20,
+    ) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._counts = ctx.Array("q", 2, lock=False)
+        self._ready = ctx.Event()
+        self._stop = ctx.Event()
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(
+            target=_reader_main,
+            args=(
+                _ReaderSpec(bootstrap, topic, partitions, ignore_key, fetch_max_wait_ms),
+                self._counts,
+                self._ready,
+                self._stop,
+                child,
+            ),
+            name="callback-reader",
+            daemon=True,
+        )
+        self._child_conn = child
+        self._result: list[Arrival] | None = None
+
+    @property
+    def counted(self) -> int:
+        """Records read so far whose key is not ``ignore_key``."""
+        return int(self._counts[0])
+
+    @property
+    def ignored(self) -> int:
+        """Records read so far whose key is ``ignore_key``."""
+        return int(self._counts[1])
+
+    @property
+    def pid(self) -> int | None:
+        """The reader process's id."""
+        return self._process.pid
+
+    def __enter__(self) -> CallbackReader:
+        self._process.start()
+        self._child_conn.close()
+        end = time.perf_counter() + 60
+        while not self._ready.wait(0.05):
+            if not self._process.is_alive() or time.perf_counter() >= end:
+                self._process.kill()
+                self._process.join(5)
+                raise RuntimeError(
+                    f"the callback reader did not start (exit code {self._process.exitcode})"
+                )
+        if self._conn.poll(0):
+            self._raise_error()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._result is None:
+            self._stop.set()
+            self._process.join(30)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(5)
+
+    def _raise_error(self) -> None:
+        status, value = self._conn.recv()
+        raise RuntimeError(f"the callback reader failed: {value if status == 'error' else '?'}")
+
+    def wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds (checked every few ms) or ``timeout_s`` passes."""
+        end = time.perf_counter() + timeout_s
+        while not predicate():
+            if not self._process.is_alive() or self._conn.poll(0):
+                self._raise_error()
+            if time.perf_counter() >= end:
+                return False
+            time.sleep(0.002)
+        return True
+
+    def finish(self) -> list[Arrival]:
+        """Stop reading; every record read, in arrival order."""
+        if self._result is None:
+            self._stop.set()
+            if not self._conn.poll(60):
+                raise RuntimeError("the callback reader did not answer in 60 s")
+            status, value = self._conn.recv()
+            self._process.join(30)
+            if status != "ok":
+                raise RuntimeError(f"the callback reader failed: {value}")
+            self._result = value
+        return self._result
+
+
+def nth_arrival_ns(arrivals: Sequence[Arrival], n: int, ignore_key: bytes) -> int:
+    """When the ``n``-th record (1-based) whose key is not ``ignore_key`` arrived."""
+    seen = 0
+    for at_ns, key, _ in arrivals:
+        if key != ignore_key:
+            seen += 1
+            if seen == n:
+                return at_ns
+    raise RuntimeError(f"only {seen} records arrived, not {n}")
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What the callbacks of a run say: counts, and for each operation its first callback's
+    arrival time and the payload of its key's signal."""
+
+    callbacks: int
+    distinct_ops: int
+    duplicates: int
+    unexpected: int
+    not_completed: int
+    missing: int
+    first: dict[str, tuple[int, Any]]  # op_id -> (arrival ns, payload of its key's signal)
+
+
+def tally(arrivals: Sequence[Arrival], expected_ops: int, ignore_key: bytes) -> Tally:
+    """Check the callbacks against operations ``o0`` .. ``o{expected_ops - 1}``: each must
+    come exactly once, ``completed``, with its own key ``k{i}``."""
+    first: dict[str, tuple[int, Any]] = {}
+    callbacks = duplicates = unexpected = not_completed = 0
+    for at_ns, key, value in arrivals:
+        if key == ignore_key:
+            continue
+        callbacks += 1
+        cb = json.loads(value)
+        op_id = cb["op_id"]
+        index = int(op_id[1:]) if op_id[:1] == "o" and op_id[1:].isdigit() else -1
+        if not 0 <= index < expected_ops or cb["keys"] != [f"k{index}"]:
+            unexpected += 1
+            continue
+        if cb["outcome"] != "completed":
+            not_completed += 1
+        if op_id in first:
+            duplicates += 1
+            continue
+        first[op_id] = (at_ns, cb["signals"].get(f"k{index}"))
+    return Tally(
+        callbacks=callbacks,
+        distinct_ops=len(first),
+        duplicates=duplicates,
+        unexpected=unexpected,
+        not_completed=not_completed,
+        missing=expected_ops - len(first),
+        first=first,
+    )
+
+
+def _warm_up(service: ServiceProcess, http: httpx.Client, reader: CallbackReader) -> None:
+    """Complete a few operations end to end, so connections and metadata are in place."""
+    register_range(http, range(_WARMUP_OPS), batch=_WARMUP_OPS, scopes=1, prefix=_WARMUP_SCOPE)
+    producer = _producer(service.broker.bootstrap_servers, linger_ms=0)
+    try:
+        topic = service.settings.topic_signals
+        for i in range(_WARMUP_OPS):
+            producer.send(topic, key=_WARMUP_KEY, value=signal_value(_WARMUP_KEY.decode(), f"k{i}"))
+        producer.flush(30)
+    finally:
+        producer.close(5)
+    if not reader.wait(lambda: reader.ignored >= _WARMUP_OPS, 60):
+        raise RuntimeError(
+            f"warm-up: {reader.ignored} of {_WARMUP_OPS} callbacks; {service.log_tail()}"
+        )
+
+
+def _scope_key(index: int, scopes: int) -> tuple[bytes, str, str]:
+    scope = f"s{index % scopes}"
+    return scope.encode(), scope, f"k{index}"
+
+
+def _broker_cpu(broker: EmbeddedBroker) -> float:
+    pid = broker.pid
+    return 0.0 if pid is None else process_cpu_s(pid)
+
+
+def _reader_cpu(reader: CallbackReader) -> float:
+    pid = reader.pid
+    return 0.0 if pid is None else process_cpu_s(pid)
+
+
+# -- the four measurements ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputResult:
+    """Signals through Kafka as fast as the producer sends them."""
+
+    signals: int
+    register_s: float
+    produce_s: float
+    end_to_end_s: float
+    signals_per_s: float
+    producer_per_s: float
+    callbacks: int
+    distinct_ops: int
+    duplicates: int
+    unexpected: int
+    not_completed: int
+    missing: int
+    service_cpu_s: float
+    broker_cpu_s: float
+    loadgen_cpu_s: float
+
+
+def bench_throughput(
+    broker: EmbeddedBroker,
+    signals: int,
+    *,
+    register_batch: int = 10_000,
+    partitions: int = 2,
+    scopes: int = 8,
+    log_dir: Path,
+) -> ThroughputResult:
+    """Measurement 1 (see the module's documentation)."""
+    with (
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
+        CallbackReader(
+            broker.bootstrap_servers, service.settings.topic_callbacks, partitions, _WARMUP_KEY
+        ) as reader,
+    ):
+        _warm_up(service, http, reader)
+        register_s = register_range(http, range(signals), batch=register_batch, scopes=scopes)
+        records = []
+        for i in range(signals):
+            key, scope, watch = _scope_key(i, scopes)
+            records.append((key, signal_value(scope, watch)))
+        topic = service.settings.topic_signals
+        producer = _producer(
+            broker.bootstrap_servers,
+            linger_ms=5,
+            batch_size=512 * 1024,
+            max_in_flight_requests_per_connection=10,
+        )
+        try:
+            producer.partitions_for(topic)  # metadata before the clock starts
+            cpu = (service.cpu_s(), _broker_cpu(broker), time.process_time(), _reader_cpu(reader))
+            t0 = time.perf_counter_ns()
+            for key, value in records:
+                producer.send(topic, key=key, value=value)
+            producer.flush(120)
+            produced_ns = time.perf_counter_ns()
+            done = reader.wait(lambda: reader.counted >= signals, max(60.0, signals / 1_000))
+            cpu_after = (
+                service.cpu_s(),
+                _broker_cpu(broker),
+                time.process_time(),
+                _reader_cpu(reader),
+            )
+        finally:
+            producer.close(5)
+        if not done:
+            raise RuntimeError(
+                f"only {reader.counted} of {signals} callbacks arrived; {service.log_tail()}"
+            )
+        time.sleep(_SETTLE_S)
+        arrivals = reader.finish()
+    end_ns = nth_arrival_ns(arrivals, signals, _WARMUP_KEY)
+    counts = tally(arrivals, signals, _WARMUP_KEY)
+    end_to_end_s = (end_ns - t0) / 1e9
+    produce_s = (produced_ns - t0) / 1e9
+    return ThroughputResult(
+        signals=signals,
+        register_s=register_s,
+        produce_s=produce_s,
+        end_to_end_s=end_to_end_s,
+        signals_per_s=signals / end_to_end_s,
+        producer_per_s=signals / produce_s,
+        callbacks=counts.callbacks,
+        distinct_ops=counts.distinct_ops,
+        duplicates=counts.duplicates,
+        unexpected=counts.unexpected,
+        not_completed=counts.not_completed,
+        missing=counts.missing,
+        service_cpu_s=cpu_after[0] - cpu[0],
+        broker_cpu_s=cpu_after[1] - cpu[1],
+        loadgen_cpu_s=cpu_after[2] - cpu[2] + cpu_after[3] - cpu[3],
+    )
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
+
+
+def _paced_send(
+    producer: Any,
+    topic: str,
+    count: int,
+    rate_per_s: int,
+    record: Callable[[int], tuple[bytes, bytes]],
+) -> float:
+    """Send ``record(i)`` for ``i`` in ``range(count)`` at ``rate_per_s``; returns the seconds
+    the sends took. ``record`` is called at send time (it may read the clock)."""
+    start = time.perf_counter()
+    sent = 0
+    while sent < count:
+        due = min(count, int((time.perf_counter() - start) * rate_per_s) + 1)
+        while sent < due:
+            key, value = record(sent)
+            producer.send(topic, key=key, value=value)
+            sent += 1
+        pause = start + sent / rate_per_s - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyResult:
+    """Signal-to-callback latency at a fixed offered rate."""
+
+    rate_per_s: int
+    duration_s: float
+    signals: int
+    achieved_per_s: float
+    callbacks: int
+    distinct_ops: int
+    duplicates: int
+    unexpected: int
+    not_completed: int
+    missing: int
+    without_send_time: int
+    min_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    service_cpu_s: float
+    broker_cpu_s: float
+
+
+def bench_latency(
+    broker: EmbeddedBroker,
+    rate_per_s: int,
+    duration_s: float,
+    *,
+    register_batch: int = 10_000,
+    partitions: int = 2,
+    scopes: int = 8,
+    log_dir: Path,
+) -> LatencyResult:
+    """Measurement 2 (see the module's documentation)."""
+    signals = max(1, round(rate_per_s * duration_s))
+
+    def record(i: int) -> tuple[bytes, bytes]:
+        key, scope, watch = _scope_key(i, scopes)
+        return key, signal_value(scope, watch, f'{{"t":{time.perf_counter_ns()}}}')
+
+    with (
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
+        CallbackReader(
+            broker.bootstrap_servers, service.settings.topic_callbacks, partitions, _WARMUP_KEY
+        ) as reader,
+    ):
+        _warm_up(service, http, reader)
+        register_range(http, range(signals), batch=register_batch, scopes=scopes)
+        topic = service.settings.topic_signals
+        producer = _producer(broker.bootstrap_servers, linger_ms=0)
+        try:
+            producer.partitions_for(topic)
+            cpu = (service.cpu_s(), _broker_cpu(broker))
+            send_s = _paced_send(producer, topic, signals, rate_per_s, record)
+            producer.flush(60)
+            done = reader.wait(lambda: reader.counted >= signals, max(60.0, duration_s * 6))
+            cpu_after = (service.cpu_s(), _broker_cpu(broker))
+        finally:
+            producer.close(5)
+        if not done:
+            raise RuntimeError(
+                f"only {reader.counted} of {signals} callbacks arrived; {service.log_tail()}"
+            )
+        time.sleep(_SETTLE_S)
+        arrivals = reader.finish()
+    counts = tally(arrivals, signals, _WARMUP_KEY)
+    latencies = sorted(
+        (at_ns - payload["t"]) / 1e6
+        for at_ns, payload in counts.first.values()
+        if isinstance(payload, dict) and isinstance(payload.get("t"), int)
+    )
+    return LatencyResult(
+        rate_per_s=rate_per_s,
+        duration_s=duration_s,
+        signals=signals,
+        achieved_per_s=signals / send_s,
+        callbacks=counts.callbacks,
+        distinct_ops=counts.distinct_ops,
+        duplicates=counts.duplicates,
+        unexpected=counts.unexpected,
+        not_completed=counts.not_completed,
+        missing=counts.missing,
+        without_send_time=counts.distinct_ops - len(latencies),
+        min_ms=latencies[0] if latencies else 0.0,
+        p50_ms=percentile(latencies, 0.50),
+        p90_ms=percentile(latencies, 0.90),
+        p99_ms=percentile(latencies, 0.99),
+        max_ms=latencies[-1] if latencies else 0.0,
+        service_cpu_s=cpu_after[0] - cpu[0],
+        broker_cpu_s=cpu_after[1] - cpu[1],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HopResult:
+    """The baseline: one produce-to-consume hop through the broker, no service in between."""
+
+    rate_per_s: int
+    fetch_max_wait_ms: int
+    records: int
+    received: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def bench_kafka_hop(
+    broker: EmbeddedBroker,
+    rate_per_s: int,
+    duration_s: float,
+    *,
+    fetch_max_wait_ms: int,
+    partitions: int = 2,
+    scopes: int = 8,
+) -> HopResult:
+    """Send time-stamped records at ``rate_per_s`` with the latency run's producer settings
+    and read them with a consumer whose ``fetch_max_wait_ms`` is given: what one trip through
+    the broker costs with these clients."""
+    topic = f"hop-{uuid.uuid4().hex[:10]}"
+    broker.create_topics({topic: partitions})
+    records = max(1, round(rate_per_s * duration_s))
+
+    def record(i: int) -> tuple[bytes, bytes]:
+        return f"s{i % scopes}".encode(), str(time.perf_counter_ns()).encode()
+
+    with CallbackReader(
+        broker.bootstrap_servers, topic, partitions, fetch_max_wait_ms=fetch_max_wait_ms
+    ) as reader:
+        producer = _producer(broker.bootstrap_servers, linger_ms=0)
+        try:
+            producer.partitions_for(topic)
+            _paced_send(producer, topic, records, rate_per_s, record)
+            producer.flush(60)
+        finally:
+            producer.close(5)
+        reader.wait(lambda: reader.counted >= records, 60)
+        arrivals = reader.finish()
+    latencies = sorted((at_ns - int(value)) / 1e6 for at_ns, _, value in arrivals)
+    return HopResult(
+        rate_per_s=rate_per_s,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+        records=records,
+        received=len(latencies),
+        p50_ms=percentile(latencies, 0.50),
+        p90_ms=percentile(latencies, 0.90),
+        p99_ms=percentile(latencies, 0.99),
+        max_ms=latencies[-1] if latencies else 0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RssResult:
+    """The service's resident memory with many pending operations."""
+
+    pending: int
+    rss_before_bytes: int
+    rss_after_bytes: int
+    bytes_per_op: float
+    register_s: float
+    registrations_per_s: float
+
+
+def bench_rss(
+    broker: EmbeddedBroker,
+    pending: int,
+    *,
+    batch: int = 10_000,
+    partitions: int = 2,
+    scopes: int = 8,
+    log_dir: Path,
+) -> RssResult:
+    """Measurement 3 (see the module's documentation)."""
+    with (
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
+    ):
+        register_range(http, range(batch), batch=batch, scopes=1, prefix=_WARMUP_SCOPE)
+        before = service.rss_bytes()
+        register_s = register_range(http, range(batch, batch + pending), batch=batch, scopes=scopes)
+        time.sleep(0.5)  # let the last response's buffers go
+        after = service.rss_bytes()
+    return RssResult(
+        pending=pending,
+        rss_before_bytes=before,
+        rss_after_bytes=after,
+        bytes_per_op=(after - before) / pending,
+        register_s=register_s,
+        registrations_per_s=pending / register_s,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResult:
+    """Registrations over HTTP, one per request and in batches."""
+
+    single_requests: int
+    single_s: float
+    single_per_s: float
+    batch_size: int
+    batched_ops: int
+    batched_s: float
+    batched_ops_per_s: float
+    service_cpu_s: float
+
+
+def bench_http(
+    broker: EmbeddedBroker,
+    single: int,
+    batched_ops: int,
+    *,
+    batch: int = 1_000,
+    partitions: int = 2,
+    scopes: int = 8,
+    log_dir: Path,
+) -> HttpResult:
+    """Measurement 4 (see the module's documentation)."""
+    with (
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
+    ):
+        register_range(http, range(batch), batch=batch, scopes=1, prefix=_WARMUP_SCOPE)
+        bodies = [json.dumps(_op(i, scopes, "s")).encode() for i in range(single)]
+        headers = {"content-type": "application/json"}
+        cpu = service.cpu_s()
+        start = time.perf_counter()
+        for body in bodies:
+            response = http.post("/v1/operations", content=body, headers=headers)
+            if response.status_code != 201:
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+        single_s = time.perf_counter() - start
+        batched_s = register_range(
+            http, range(single, single + batched_ops), batch=batch, scopes=scopes
+        )
+        cpu_s = service.cpu_s() - cpu
+    return HttpResult(
+        single_requests=single,
+        single_s=single_s,
+        single_per_s=single / single_s,
+        batch_size=batch,
+        batched_ops=batched_ops,
+        batched_s=batched_s,
+        batched_ops_per_s=batched_ops / batched_s,
+        service_cpu_s=cpu_s,
+    )
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One DESIGN.md service target and whether this run met it."""
+
+    name: str
+    measured: str
+    required: str
+    met: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReport:
+    """Everything one run produced."""
+
+    machine: dict[str, str | int]
+    config: ServiceBenchConfig
+    throughput: ThroughputResult
+    latency: list[LatencyResult]
+    hops: list[HopResult]
+    rss: RssResult
+    http: HttpResult
+    targets: list[Target] = field(default_factory=list)
+
+
+def _exact(r: ThroughputResult | LatencyResult) -> bool:
+    extra = r.without_send_time if isinstance(r, LatencyResult) else 0
+    return not (r.missing or r.duplicates or r.unexpected or r.not_completed or extra)
+
+
+def evaluate_targets(
+    throughput: ThroughputResult, latency: Sequence[LatencyResult], rss: RssResult
+) -> list[Target]:
+    """DESIGN.md's service targets against this run (a run with a wrong count never meets)."""
+    targets = [
+        Target(
+            "signals/s end to end through Kafka",
+            f"{throughput.signals_per_s / 1e3:.1f} k/s",
+            f">= {TARGET_SIGNALS_PER_S // 1000} k/s",
+            _exact(throughput) and throughput.signals_per_s >= TARGET_SIGNALS_PER_S,
+        )
+    ]
+    if latency:
+        lat = latency[0]
+        targets.append(
+            Target(
+                f"p99 signal-to-callback at {lat.rate_per_s / 1e3:g} k signals/s",
+                f"{lat.p99_ms:,.1f} ms",
+                f"<= {TARGET_P99_MS:g} ms (at 5 k/s)",
+                _exact(lat) and lat.p99_ms <= TARGET_P99_MS,
+            )
+        )
+    targets.append(
+        Target(
+            f"RSS with {_count(rss.pending)} pending operations",
+            f"{rss.rss_after_bytes / _MIB:,.0f} MiB",
+            "<= 1024 MiB (with 1M)",
+            rss.rss_after_bytes <= TARGET_RSS_BYTES,
+        )
+    )
+    return targets
+
+
+def _count(value: int) -> str:
+    if value >= 1_000_000 and value % 1_000_000 == 0:
+        return f"{value // 1_000_000}M"
+    if value >= 1_000 and value % 1_000 == 0:
+        return f"{value // 1_000}k"
+    return str(value)
+
+
+def _ok(exact: bool) -> str:
+    return "ok" if exact else "MISMATCH"
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def render(report: ServiceReport, command: str) -> str:
+    """The report as markdown: machine, command, figures, targets."""
+    m, t, rss, h = report.machine, report.throughput, report.rss, report.http
+    rows = [
+        (
+            f"1. signals through Kafka: {_count(t.signals)} signals produced as fast as "
+            "kafka-python sends",
+            f"**{t.signals_per_s / 1e3:.1f} k signals/s** ({t.end_to_end_s:.2f} s first send "
+            f"to last callback; the producer alone: {t.producer_per_s / 1e3:.1f} k/s)",
+            f"service {t.service_cpu_s:.1f}, broker {t.broker_cpu_s:.1f}, "
+            f"load gen {t.loadgen_cpu_s:.1f}",
+            _ok(_exact(t)),
+        )
+    ]
+    for lat in report.latency:
+        rows.append(
+            (
+                f"2. signal-to-callback at {lat.rate_per_s / 1e3:g} k signals/s for "
+                f"{lat.duration_s:g} s ({_count(lat.signals)} signals, sent at "
+                f"{lat.achieved_per_s / 1e3:.2f} k/s)",
+                f"p50 {_ms(lat.p50_ms)} / p90 {_ms(lat.p90_ms)} / **p99 {_ms(lat.p99_ms)}** / "
+                f"max {_ms(lat.max_ms)} ms",
+                f"service {lat.service_cpu_s:.1f}, broker {lat.broker_cpu_s:.1f}",
+                _ok(_exact(lat)),
+            )
+        )
+    for hop in report.hops:
+        rows.append(
+            (
+                f"2'. baseline, no service: one hop producer -> broker -> consumer at "
+                f"{hop.rate_per_s / 1e3:g} k/s, consumer fetch_max_wait_ms={hop.fetch_max_wait_ms}",
+                f"p50 {_ms(hop.p50_ms)} / p90 {_ms(hop.p90_ms)} / p99 {_ms(hop.p99_ms)} / "
+                f"max {_ms(hop.max_ms)} ms",
+                "",
+                _ok(hop.received == hop.records),
+            )
+        )
+    rows += [
+        (
+            f"3. RSS with {_count(rss.pending)} pending operations (1 key each, far deadline)",
+            f"**{rss.rss_after_bytes / _MIB:,.0f} MiB** (before: {rss.rss_before_bytes / _MIB:.0f}"
+            f" MiB; {rss.bytes_per_op:,.0f} B per pending op; registered at "
+            f"{rss.registrations_per_s / 1e3:.1f} k/s in batches of "
+            f"{_count(report.config.rss_batch)})",
+            "",
+            "ok",
+        ),
+        (
+            f"4a. HTTP: {_count(h.single_requests)} sequential POST /v1/operations, keep-alive",
+            f"**{h.single_per_s:,.0f} req/s** ({h.single_s * 1e3 / h.single_requests:.2f} ms each)",
+            "",
+            "ok",
+        ),
+        (
+            f"4b. HTTP: {_count(h.batched_ops)} ops via /v1/operations:batch, batches of "
+            f"{_count(h.batch_size)}",
+            f"**{h.batched_ops_per_s / 1e3:.1f} k ops/s**",
+            f"service {h.service_cpu_s:.1f} (4a + 4b)",
+            "ok",
+        ),
+    ]
+    lines = [
+        f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['implementation']} {m['python']}, "
+        f"{m['platform']}. The broker (Tansu, in-memory), the service (a process of its own) "
+        "and the load generator (this process, plus a reader process) share these CPUs, over "
+        "loopback.",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| measurement | result | CPU s during it | checks |",
+        "|---|---|---|:---:|",
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+        "",
+        "| target (DESIGN.md) | measured | required | met |",
+        "|---|---:|---:|:---:|",
+        *(
+            f"| {x.name} | {x.measured} | {x.required} | {'yes' if x.met else 'NO'} |"
+            for x in report.targets
+        ),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def run_service_benchmarks(
+    config: ServiceBenchConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+    broker: EmbeddedBroker | None = None,
+) -> ServiceReport:
+    """Run every measurement of ``config`` (on ``broker``, or on one started here)."""
+    say = progress or (lambda _message: None)
+    with contextlib.ExitStack() as stack:
+        if broker is None:
+            broker = stack.enter_context(EmbeddedBroker())
+        log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-service-")))
+        common: dict[str, Any] = {
+            "partitions": config.partitions,
+            "scopes": config.scopes,
+            "log_dir": log_dir,
+        }
+        say(f"signals through Kafka: {config.throughput_signals} signals")
+        throughput = bench_throughput(
+            broker, config.throughput_signals, register_batch=config.register_batch, **common
+        )
+        latency = []
+        for rate in config.latency_rates_per_s:
+            say(f"latency: {rate} signals/s for {config.latency_duration_s} s")
+            latency.append(
+                bench_latency(
+                    broker,
+                    rate,
+                    config.latency_duration_s,
+                    register_batch=config.register_batch,
+                    **common,
+                )
+            )
+        hops = []
+        for wait_ms in config.hop_fetch_max_wait_ms if config.latency_rates_per_s else ():
+            rate = config.latency_rates_per_s[0]
+            say(f"baseline: one Kafka hop at {rate}/s, fetch_max_wait_ms={wait_ms}")
+            hops.append(
+                bench_kafka_hop(
+                    broker,
+                    rate,
+                    config.hop_duration_s,
+                    fetch_max_wait_ms=wait_ms,
+                    partitions=config.partitions,
+                    scopes=config.scopes,
+                )
+            )
+        say(f"RSS with {config.rss_pending} pending operations")
+        rss = bench_rss(broker, config.rss_pending, batch=config.rss_batch, **common)
+        say("HTTP registrations")
+        http = bench_http(
+            broker, config.http_single, config.http_batched_ops, batch=config.http_batch, **common
+        )
+    return ServiceReport(
+        machine=machine_info(),
+        config=config,
+        throughput=throughput,
+        latency=latency,
+        hops=hops,
+        rss=rss,
+        http=http,
+        targets=evaluate_targets(throughput, latency, rss),
+    )
+
+
+def write_json(report: ServiceReport, path: Path, command: str) -> None:
+    """Write the report (with the command and the units) as JSON."""
+    payload: dict[str, Any] = {"command": command, **asdict(report)}
+    payload["units"] = {
+        "seconds": "wall seconds (time.perf_counter) unless named cpu",
+        "cpu_s": "user + system CPU seconds of the process, from /proc/<pid>/stat",
+        "latency_ms": "callback arrival in the consumer minus the signal's send time",
+        "rss": "VmRSS of the service process, bytes",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _quiet_kafka_warnings() -> Iterator[None]:
+    import warnings  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        for message in ("read_text is deprecated", "open_text is deprecated"):
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        yield
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.benchmarks.bench_service [--quick] [--out DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks.bench_service", description=__doc__
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (about 30 s)")
+    parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
+    args = parser.parse_args(argv)
+    command = " ".join(
+        ["python -m tests.benchmarks.bench_service", *(argv if argv is not None else sys.argv[1:])]
+    )
+
+    def progress(message: str) -> None:
+        print(f"... {message}", file=sys.stderr, flush=True)
+
+    with _quiet_kafka_warnings():
+        report = run_service_benchmarks(QUICK if args.quick else FULL, progress=progress)
+    print(render(report, command))
+    out = args.out / "bench-service.json"
+    write_json(report, out, command)
+    print(f"Wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
