@@ -32,7 +32,7 @@ from purgatory._core._operation import DelayedOperation
 from purgatory._core._purgatory import DelayedOperationPurgatory
 from purgatory._core._timer import Timer, TimerTask
 from purgatory._core._ttl_state import TtlConfig, TtlState
-from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
+from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int, check_text
 
 __all__ = [
     "ConflictError",
@@ -245,7 +245,7 @@ class Engine:
             How many operations this signal completed.
         """
         fact = SignalFact(self._tick(now_ms), _opt_ms("event_time_ms", event_time_ms), payload)
-        ident = (_text("scope", scope), _text("key", key))
+        ident = (check_text("scope", scope), check_text("key", key))
         if payload is not None and not isinstance(payload, str):
             raise UsageError("payload must be a str or None")
         self.signals.put(ident, fact, now_ms=self._now)
@@ -446,12 +446,6 @@ class Engine:
 
 def _same_but_deadline(a: OperationSpec, b: OperationSpec) -> bool:
     return a.time_domain == b.time_domain and a.payload == b.payload and a.reply_to == b.reply_to
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise UsageError(f"{name} must be a non-empty str, got {value!r}")
-    return value
 
 
 def _opt_ms(name: str, value: int | None) -> int | None:

@@ -29,9 +29,8 @@ import enum
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from purgatory._core._errors import UsageError
 from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
+from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int, check_text
 
 __all__ = ["FiredTimer", "KeyedTimers", "KeyedTimersStatistics", "TimeDomain"]
 
@@ -148,7 +147,7 @@ class KeyedTimers:
         """
         domain = TimeDomain(domain)
         timestamp = self._coalesce(check_ms("timestamp_ms", timestamp_ms))
-        name = (domain, _s("scope", scope), _s("key", key), _s("namespace", namespace))
+        name = _checked_name(domain, scope, key, namespace)
         existing = self._by_name.get(name)
         if existing:
             for other in [t for t in existing if t != timestamp]:
@@ -168,7 +167,7 @@ class KeyedTimers:
             True if the watermark moved; False (a no-op) if it would not move forward.
         """
         watermark = check_ms("watermark_ms", watermark_ms)
-        scope = _s("scope", scope)
+        scope = check_text("scope", scope)
         if watermark <= self._watermarks.get(scope, -1):
             return False
         self._watermarks[scope] = watermark
@@ -284,7 +283,7 @@ class KeyedTimers:
         late: bool = False,
     ) -> bool:
         domain = TimeDomain(domain)
-        name = (domain, _s("scope", scope), _s("key", key), _s("namespace", namespace))
+        name = _checked_name(domain, scope, key, namespace)
         timestamp = self._coalesce(check_ms("timestamp_ms", timestamp_ms))
         names = self._by_name.setdefault(name, {})
         if timestamp in names:
@@ -322,10 +321,14 @@ class KeyedTimers:
         self._counts[entry.name[0]] -= 1
 
 
-def _s(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise UsageError(f"{field} must be a non-empty str, got {value!r}")
-    return value
+def _checked_name(domain: TimeDomain, scope: object, key: object, namespace: object) -> _Name:
+    """A timer's name with each part validated (a UsageError names the bad one)."""
+    return (
+        domain,
+        check_text("scope", scope),
+        check_text("key", key),
+        check_text("namespace", namespace),
+    )
 
 
 def _sort_key(entry: _Entry) -> tuple[int, str, str, str, str]:

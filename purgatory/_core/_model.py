@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from purgatory._core._errors import UsageError
 from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._validate import check_ms
+from purgatory._core._validate import check_ms, check_text
 
 __all__ = ["Condition", "OperationSpec", "Outcome", "OutcomeKind", "SignalFact"]
 
@@ -37,12 +37,6 @@ class OutcomeKind(enum.StrEnum):
     COMPLETED = "completed"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise UsageError(f"{name} must be a non-empty str, got {value!r}")
-    return value
 
 
 def _optional_text(name: str, value: object) -> str | None:
@@ -78,12 +72,12 @@ class OperationSpec:
     reply_to: str | None = None
 
     def __post_init__(self) -> None:
-        _text("op_id", self.op_id)
-        _text("scope", self.scope)
+        check_text("op_id", self.op_id)
+        check_text("scope", self.scope)
         if not isinstance(self.keys, tuple):
             raise UsageError(f"keys must be a tuple of str, got {type(self.keys).__name__}")
         for key in self.keys:
-            _text("keys[]", key)
+            check_text("keys[]", key)
         if len(set(self.keys)) != len(self.keys):
             raise UsageError("keys must not repeat a key")
         check_ms("deadline_ms", self.deadline_ms)

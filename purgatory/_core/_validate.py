@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from purgatory._core._errors import UsageError
 
-__all__ = ["MAX_TIME_MS", "check_ms", "check_positive_int"]
+__all__ = ["MAX_TIME_MS", "check_ms", "check_positive_int", "check_text"]
 
 #: The largest time the core accepts: 9999-12-31T23:59:59.999Z in epoch milliseconds.
 #: Anything beyond is an absurd deadline (most likely seconds or microseconds mixed up).
@@ -41,3 +41,14 @@ def check_positive_int(name: str, value: object, *, minimum: int = 1, maximum: i
     if not minimum <= value <= maximum:
         raise UsageError(f"{name} must be between {minimum} and {maximum}, got {value}")
     return int(value)
+
+
+def check_text(name: str, value: object) -> str:
+    """Return ``value`` if it is a non-empty str.
+
+    Raises:
+        UsageError: naming ``name`` otherwise.
+    """
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{name} must be a non-empty str, got {value!r}")
+    return value
