@@ -1,7 +1,10 @@
-"""spark_bridge: PySpark data sources that publish signals and read callbacks through Kafka.
+"""spark_bridge: Spark jobs and purgatory, through Kafka (data sources) and HTTP (the driver).
 
-Not built yet: the package exists so the layout and its import contract (it never imports the
-service) are in place from the start.
+Driver-side helpers (:class:`Driver`: ``register``, ``signal``, ``wait_for`` as a barrier with
+a deadline) talk to the service's HTTP API; the PySpark data sources for signals and callbacks
+join them. The bridge never imports the service (an import-linter contract checks it).
 """
 
-__all__: list[str] = []
+from spark_bridge._driver import BarrierTimeoutError, Driver
+
+__all__ = ["BarrierTimeoutError", "Driver"]
