@@ -8,6 +8,7 @@ needs to try the API within a minute, with nothing else installed.
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,17 @@ from purgatory.service._settings import Settings
 __all__ = ["run_dev", "run_serve"]
 
 
+def _tune_gc() -> None:
+    """Fewer, cheaper collections for a process that holds many long-lived operations.
+
+    The service allocates a few objects per signal and keeps operations for minutes to days;
+    CPython's default thresholds then spend a sixth of the interpreter's time in collections
+    that find little garbage. Freezing what start-up allocated keeps it out of every scan.
+    """
+    gc.set_threshold(100_000, 50, 1_000)
+    gc.freeze()
+
+
 def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     """Run the service as configured; returns the exit status (0 after a graceful stop).
 
@@ -30,6 +42,7 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     """
     settings = Settings.from_env(environ, **overrides)
     configure_logging(settings.log_level, settings.log_format)
+    _tune_gc()
     trio.run(run_service, settings)
     return 0
 
@@ -63,5 +76,6 @@ def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
             file=sys.stderr,
             flush=True,
         )
+        _tune_gc()
         trio.run(run_service, settings)
     return 0
