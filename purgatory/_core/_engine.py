@@ -128,7 +128,7 @@ class _Finished:
 class _Op(DelayedOperation):
     """One registered operation; its outcome is decided by the engine's clock."""
 
-    __slots__ = ("engine", "expiring", "late", "outcome", "registered_ms", "spec")
+    __slots__ = ("engine", "expiring", "facts", "late", "outcome", "registered_ms", "spec")
 
     def __init__(self, engine: Engine, spec: OperationSpec, registered_ms: int, late: bool) -> None:
         in_wheel = spec.time_domain is TimeDomain.PROCESSING_TIME
@@ -139,11 +139,14 @@ class _Op(DelayedOperation):
         self.late = late
         self.expiring = False
         self.outcome: Outcome | None = None
+        self.facts: dict[str, SignalFact | None] | None = None
 
     def try_complete(self) -> bool:
         if self.engine._deadline_passed(self.spec):
             return False  # too late: it expires at the next step instead
-        if self.engine._signalled_count(self.spec) >= self.spec.needed:
+        facts = self.engine._facts(self.spec)
+        if sum(fact is not None for fact in facts.values()) >= self.spec.needed:
+            self.facts = facts  # the outcome reports these: no second read of the store
             return self.force_complete()
         return False
 
@@ -402,9 +405,10 @@ class Engine:
             return spec.deadline_ms
         return self._now
 
-    def _signalled_count(self, spec: OperationSpec) -> int:
+    def _facts(self, spec: OperationSpec) -> dict[str, SignalFact | None]:
+        """The remembered signal of each of the operation's keys (None: not signalled)."""
         get, scope, now = self.signals.get, spec.scope, self._now
-        return sum(1 for key in spec.keys if get((scope, key), now_ms=now) is not None)
+        return {key: get((scope, key), now_ms=now) for key in spec.keys}
 
     def _finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
         spec = op.spec
@@ -417,7 +421,7 @@ class Engine:
             del self._pending_by_scope[spec.scope]
         if spec.time_domain is TimeDomain.EVENT_TIME:
             self.keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
-        facts = {k: self.signals.get((spec.scope, k), now_ms=self._now) for k in spec.keys}
+        facts = op.facts if op.facts is not None else self._facts(spec)
         self._sequence += 1
         self._counts[kind] += 1
         late = op.late and kind is OutcomeKind.EXPIRED
