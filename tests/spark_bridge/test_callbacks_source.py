@@ -1,0 +1,276 @@
+"""The ``purgatory-callbacks`` data source against a real broker (Tansu) and a real local Spark.
+
+Every topic is filled with one batched produce (linger), the case where the broker's
+ListOffsets "latest" lags the real end by the last batch: a reader that trusted it would
+return almost nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from purgatory._codec import encode_callback
+from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
+from spark_bridge._callbacks_source import SCHEMA, CallbacksDataSource, _settings, dedupe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from purgatory.service._broker import EmbeddedBroker
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+_FORMAT = "purgatory-callbacks"
+_COLUMNS = [field.name for field in SCHEMA.fields]
+
+
+@pytest.fixture(scope="module")
+def source(spark: SparkSession) -> SparkSession:
+    """The session with the data source registered."""
+    spark.dataSource.register(CallbacksDataSource)
+    return spark
+
+
+def _outcome(i: int, scope: str) -> Outcome:
+    """Outcomes that vary every field: completed with signals and payload, or expired."""
+    if i % 2 == 0:
+        return Outcome(
+            op_id=f"{scope}/op-{i}",
+            scope=scope,
+            outcome=OutcomeKind.COMPLETED,
+            registered_ms=1_000 + i,
+            outcome_ms=2_000 + i,
+            deadline_ms=3_000 + i,
+            time_domain=TimeDomain.EVENT_TIME,
+            sequence=i + 1,
+            keys=("k1", f"k/{i}"),
+            signals={"k1": '{"rows":1}', f"k/{i}": None},
+            payload=f'{{"n":{i},"s":"é"}}',
+        )
+    return Outcome(
+        op_id=f"{scope}/op-{i}",
+        scope=scope,
+        outcome=OutcomeKind.EXPIRED,
+        registered_ms=1_000 + i,
+        outcome_ms=3_000 + i,
+        deadline_ms=3_000 + i,
+        time_domain=TimeDomain.PROCESSING_TIME,
+        sequence=i + 1,
+        missing=("k1",),
+        late=i % 3 == 0,
+    )
+
+
+def _expected(o: Outcome) -> tuple[Any, ...]:
+    signals = ",".join(f'"{k}":{"null" if v is None else v}' for k, v in o.signals.items())
+    return (
+        o.op_id,
+        o.scope,
+        o.outcome.value,
+        o.registered_ms,
+        o.outcome_ms,
+        o.deadline_ms,
+        o.time_domain.value,
+        o.sequence,
+        list(o.keys),
+        list(o.missing),
+        "{" + signals + "}",
+        o.payload,
+        o.late,
+    )
+
+
+def _topic(broker: EmbeddedBroker) -> str:
+    name = f"callbacks-{uuid.uuid4().hex[:8]}"
+    broker.create_topics({name: 2})
+    return name
+
+
+def _produce(
+    broker: EmbeddedBroker,
+    topic: str,
+    values: Sequence[tuple[str, bytes]],
+    *,
+    partition: int | None = None,
+) -> None:
+    """Send ``(scope, value)`` records in one batched produce (linger), then flush."""
+    from kafka import KafkaProducer  # noqa: PLC0415
+
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, linger_ms=100, batch_size=1 << 20
+    )
+    try:
+        for scope, value in values:
+            producer.send(topic, key=scope.encode(), value=value, partition=partition)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+
+def _callbacks(outcomes: Sequence[Outcome]) -> list[tuple[str, bytes]]:
+    return [(o.scope, encode_callback(o)) for o in outcomes]
+
+
+def _read(spark: SparkSession, broker: EmbeddedBroker, topic: str, **options: str) -> DataFrame:
+    reader = spark.read.format(_FORMAT)
+    for name, value in {"bootstrap_servers": broker.bootstrap_servers, "topic": topic}.items():
+        reader = reader.option(name, value)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _rows(df: DataFrame) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in df.collect()]
+
+
+@pytest.fixture(scope="module")
+def filled(
+    source: SparkSession, kafka_broker: EmbeddedBroker
+) -> Iterator[tuple[str, list[Outcome]]]:
+    """A 2-partition topic holding 300 callbacks of scopes a, b and c."""
+    topic = _topic(kafka_broker)
+    outcomes = [_outcome(i, "abc"[i % 3]) for i in range(300)]
+    _produce(kafka_broker, topic, _callbacks(outcomes))
+    yield topic, outcomes
+
+
+def test_batch_reads_every_callback_with_every_field(
+    source: SparkSession, kafka_broker: EmbeddedBroker, filled: tuple[str, list[Outcome]]
+) -> None:
+    topic, outcomes = filled
+    df = _read(source, kafka_broker, topic)
+    assert df.columns == _COLUMNS
+    rows = _rows(df)
+    assert len(rows) == len(outcomes)
+    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in outcomes)
+    assert {row[13] for row in rows} == {topic}
+    for p in (0, 1):
+        offsets = sorted(row[15] for row in rows if row[14] == p)
+        assert offsets == list(range(len(offsets)))
+    assert dedupe(df.union(df)).count() == len(outcomes)
+
+
+def test_scope_filter_keeps_only_the_named_scopes(
+    source: SparkSession, kafka_broker: EmbeddedBroker, filled: tuple[str, list[Outcome]]
+) -> None:
+    topic, outcomes = filled
+    only_a = _rows(_read(source, kafka_broker, topic, scope="a").select("op_id"))
+    assert sorted(r[0] for r in only_a) == sorted(o.op_id for o in outcomes if o.scope == "a")
+    a_and_c = _read(source, kafka_broker, topic, scope="a, c").select("scope").distinct()
+    assert sorted(r[0] for r in a_and_c.collect()) == ["a", "c"]
+
+
+def test_batch_from_latest_reads_nothing(
+    source: SparkSession, kafka_broker: EmbeddedBroker, filled: tuple[str, list[Outcome]]
+) -> None:
+    topic, _ = filled
+    assert _read(source, kafka_broker, topic, starting_offsets="latest").count() == 0
+    from_offsets = _read(source, kafka_broker, topic, starting_offsets='{"0": 5}')
+    assert from_offsets.filter("partition = 0 AND offset < 5").count() == 0
+    assert from_offsets.filter("partition = 0").count() > 0
+
+
+def _run_available_now(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, out: Path, **options: str
+) -> None:
+    reader = (
+        spark.readStream.format(_FORMAT)
+        .option("bootstrap_servers", broker.bootstrap_servers)
+        .option("topic", topic)
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(timeout=60)
+    assert not query.isActive, "the availableNow query did not finish"
+    assert query.exception() is None
+
+
+def _written(spark: SparkSession, out: Path) -> list[tuple[Any, ...]]:
+    if not (out / "data").exists():
+        return []
+    return _rows(spark.read.schema(SCHEMA).parquet(str(out / "data")))
+
+
+def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
+    source: SparkSession, kafka_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = _topic(kafka_broker)
+    first = [_outcome(i, "s") for i in range(150)]
+    later = [_outcome(i, "s") for i in range(150, 230)]
+    _produce(kafka_broker, topic, _callbacks(first))
+    _run_available_now(source, kafka_broker, topic, tmp_path)
+    assert len(_written(source, tmp_path)) == len(first)
+
+    _produce(kafka_broker, topic, _callbacks(later))
+    _run_available_now(source, kafka_broker, topic, tmp_path)
+    rows = _written(source, tmp_path)
+    assert len(rows) == len(first) + len(later)
+    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in first + later)
+    assert len({(row[14], row[15]) for row in rows}) == len(rows)
+
+
+def test_streaming_from_latest_skips_earlier_records(
+    source: SparkSession, kafka_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = _topic(kafka_broker)
+    _produce(kafka_broker, topic, _callbacks([_outcome(i, "s") for i in range(40)]))
+    _run_available_now(source, kafka_broker, topic, tmp_path, starting_offsets="latest")
+    assert _written(source, tmp_path) == []
+
+    newer = [_outcome(i, "s") for i in range(40, 70)]
+    _produce(kafka_broker, topic, _callbacks(newer))
+    _run_available_now(source, kafka_broker, topic, tmp_path, starting_offsets="latest")
+    assert sorted(r[0] for r in _written(source, tmp_path)) == sorted(o.op_id for o in newer)
+
+
+def test_malformed_record_fails_naming_its_offset_or_is_skipped(
+    source: SparkSession, kafka_broker: EmbeddedBroker
+) -> None:
+    topic = _topic(kafka_broker)
+    good = [_outcome(i, "s") for i in range(4)]
+    bad = ("s", b'{"v":1,"type":"callback"}')
+    values = [*_callbacks(good[:2]), bad, *_callbacks(good[2:])]
+    _produce(kafka_broker, topic, values, partition=0)
+
+    with pytest.raises(Exception, match=r"partition 0 offset 2\b") as caught:
+        _read(source, kafka_broker, topic).collect()
+    assert "on_malformed=skip" in str(caught.value)
+
+    rows = _rows(_read(source, kafka_broker, topic, on_malformed="skip"))
+    assert sorted(r[0] for r in rows) == sorted(o.op_id for o in good)
+    assert sorted(r[15] for r in rows) == [0, 1, 3, 4]
+
+
+def test_missing_bootstrap_servers_is_named(source: SparkSession) -> None:
+    with pytest.raises(Exception, match="bootstrap_servers"):
+        source.read.format(_FORMAT).load().collect()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "bootstrap_servers"),
+        ({"bootstrap_servers": "h:1", "bootstrap.servers": "h:1"}, "bootstrap.servers"),
+        ({"bootstrap_servers": "h:1", "starting_offsets": "middle"}, "starting_offsets"),
+        ({"bootstrap_servers": "h:1", "on_malformed": "ignore"}, "on_malformed"),
+        ({"bootstrap_servers": "h:1", "read_timeout_ms": "0"}, "read_timeout_ms"),
+        ({"bootstrap_servers": "h:1", "scope": " , "}, "scope"),
+    ],
+)
+def test_bad_options_are_named(options: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        _settings(options)
