@@ -4,7 +4,8 @@ Spark bridge; standard library only, imports only :mod:`purgatory._core`).
 Four topics, one JSON object per record, each with ``"v": 1`` and a ``"type"``; the Kafka
 message key is the record's scope in UTF-8:
 
-* requests: ``register`` and ``cancel`` -> :func:`decode_request` / :func:`encode_request`;
+* requests: ``register`` and ``cancel`` -> :func:`decode_request` / :func:`encode_request`, and
+  in-band ``watermark`` records (:func:`decode_requests_record` reads all three);
 * signals: ``signal`` and ``watermark`` -> :func:`decode_signal` / :func:`encode_signal`;
 * callbacks: ``callback`` -> :func:`encode_callback` / :func:`decode_callback`;
 * dead letters: ``dead_letter`` -> :func:`encode_dead_letter`.
@@ -20,6 +21,7 @@ from purgatory._codec._inbound import (
     DEFAULT_LIMITS,
     FORMAT_VERSION,
     decode_request,
+    decode_requests_record,
     decode_signal,
     encode_request,
     encode_signal,
@@ -60,6 +62,7 @@ __all__ = [
     "canonical_json",
     "decode_callback",
     "decode_request",
+    "decode_requests_record",
     "decode_signal",
     "encode_callback",
     "encode_dead_letter",

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "FORMAT_VERSION",
     "decode_request",
+    "decode_requests_record",
     "decode_signal",
     "encode_request",
     "encode_signal",
@@ -70,6 +71,7 @@ _FIELDS = {
     "watermark": frozenset(("v", "type", "scope", "watermark_ms")),
 }
 _REQUEST_TYPES = {"register": _FIELDS["register"], "cancel": _FIELDS["cancel"]}
+_REQUESTS_TOPIC_TYPES = {**_REQUEST_TYPES, "watermark": _FIELDS["watermark"]}
 _SIGNAL_TYPES = {"signal": _FIELDS["signal"], "watermark": _FIELDS["watermark"]}
 
 
@@ -177,6 +179,27 @@ def decode_request(data: bytes | Mapping[str, object], limits: Limits = DEFAULT_
         payload=payload_text("payload", obj.get("payload"), limits.max_payload_bytes),
         reply_to=obj.get("reply_to"),  # type: ignore[arg-type]
     )
+
+
+def decode_requests_record(
+    data: bytes | Mapping[str, object], limits: Limits = DEFAULT_LIMITS
+) -> Request | WatermarkRecord:
+    """Decode one record of the requests topic: a register, a cancel, or an in-band watermark.
+
+    A writer that registers event-time operations and also advances the scope's watermark (the
+    Spark registration sink re-arming inactivity timers) publishes both on the requests topic:
+    a scope's records share a partition, so the service applies the watermark after the
+    registrations written before it, as Flink's in-band watermarks. On the signals topic the
+    same watermark could overtake them and fire a timer that was just re-armed.
+
+    Raises:
+        RecordError: (a BadRecordError) whose message starts with the field's path.
+    """
+    obj = parse_object(data, limits.max_record_bytes)
+    if envelope(obj, _REQUESTS_TOPIC_TYPES) == "watermark":
+        scope = _bounded("scope", _required(obj, "scope"), limits.max_scope_bytes)
+        return WatermarkRecord(scope, _required(obj, "watermark_ms"))  # type: ignore[arg-type]
+    return decode_request(obj, limits)
 
 
 def decode_signal(

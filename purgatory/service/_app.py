@@ -29,7 +29,7 @@ from hypercorn.trio import serve
 from purgatory._codec import (
     Limits,
     RecordError,
-    decode_request,
+    decode_requests_record,
     decode_signal,
     encode_callback,
     encode_dead_letter,
@@ -91,7 +91,10 @@ async def _intake(
     metrics: Metrics,
 ) -> None:
     limits = limits_of(settings)
-    decoders = {settings.topic_requests: decode_request, settings.topic_signals: decode_signal}
+    decoders = {
+        settings.topic_requests: decode_requests_record,
+        settings.topic_signals: decode_signal,
+    }
     async for batch in source.receive:
         offsets: dict[tuple[str, int], int] = {}
         dead = 0

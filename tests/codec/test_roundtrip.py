@@ -17,9 +17,11 @@ from purgatory._codec import (
     Request,
     SignalInput,
     SignalRecord,
+    WatermarkRecord,
     canonical_json,
     decode_callback,
     decode_request,
+    decode_requests_record,
     decode_signal,
     encode_callback,
     encode_dead_letter,
@@ -28,7 +30,14 @@ from purgatory._codec import (
     message_key,
 )
 from purgatory._core import MAX_TIME_MS, Condition, OperationSpec, Outcome, TimeDomain, UsageError
-from tests.codec._strategies import dead_letter_args, json_values, outcomes, requests, signal_inputs
+from tests.codec._strategies import (
+    dead_letter_args,
+    json_values,
+    outcomes,
+    requests,
+    signal_inputs,
+    watermarks,
+)
 
 
 @given(requests)
@@ -37,6 +46,24 @@ def test_request_round_trips_through_bytes_and_through_parsed_json(record: Reque
     assert decode_request(data, Limits()) == record
     assert decode_request(json.loads(data), Limits()) == record
     assert message_key(record) == record.scope.encode()
+
+
+@given(requests | watermarks)
+def test_the_requests_topic_reads_requests_and_in_band_watermarks(
+    record: Request | WatermarkRecord,
+) -> None:
+    data = encode_signal(record) if isinstance(record, WatermarkRecord) else encode_request(record)
+    assert decode_requests_record(data, Limits()) == record
+    assert decode_requests_record(json.loads(data), Limits()) == record
+
+
+def test_a_request_body_is_never_a_watermark_and_a_signal_never_goes_to_requests() -> None:
+    watermark = encode_signal(WatermarkRecord("s", 5))
+    with pytest.raises(RecordError, match=r"^type: expected one of register, cancel, got"):
+        decode_request(watermark)
+    signal = encode_signal(SignalRecord("s", "k"))
+    with pytest.raises(RecordError, match=r"^type: expected one of register, cancel, watermark"):
+        decode_requests_record(signal)
 
 
 @given(signal_inputs)

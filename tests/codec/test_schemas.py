@@ -18,6 +18,7 @@ from purgatory._codec import (
     RecordError,
     Request,
     SignalInput,
+    WatermarkRecord,
     decode_callback,
     decode_request,
     decode_signal,
@@ -29,7 +30,7 @@ from purgatory._codec import (
 )
 from purgatory._codec._inbound import _FIELDS
 from purgatory._core import MAX_TIME_MS, Condition, Outcome, OutcomeKind, TimeDomain, UsageError
-from tests.codec._strategies import dead_letter_args, outcomes, requests, signal_inputs
+from tests.codec._strategies import dead_letter_args, outcomes, requests, signal_inputs, watermarks
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _CONDITIONAL = {"if", "then", "else", "not"}  # constraints, not field definitions
@@ -123,6 +124,11 @@ def test_schema_files_ship_inside_the_package_and_load_fresh_copies() -> None:
 @given(requests)
 def test_every_encoded_request_validates(record: Request) -> None:
     validator("request").validate(json.loads(encode_request(record)))
+
+
+@given(watermarks)
+def test_an_in_band_watermark_validates_as_a_requests_topic_record(record: WatermarkRecord) -> None:
+    validator("request").validate(json.loads(encode_signal(record)))
 
 
 @given(signal_inputs)
