@@ -1,9 +1,11 @@
-"""A small local SparkSession for tests, examples and notebooks (spark_bridge layer).
+"""Sessions for the bridge (spark_bridge layer): registering its formats, and a local Spark.
 
-``local_session`` builds (or returns the already running) ``local[N]`` session with the web UI
-off, few shuffle partitions and quiet logs, and points ``PYSPARK_PYTHON`` at the running
-interpreter so that Spark's Python workers see the same packages as the driver. Production jobs
-build their own session; nothing else in the bridge depends on this module.
+``register_data_sources`` registers the bridge's three formats with a session (every job calls
+it once). ``local_session`` builds (or returns the already running) ``local[N]`` session with
+the web UI off, few shuffle partitions and quiet logs, and points ``PYSPARK_PYTHON`` at the
+running interpreter so that Spark's Python workers see the same packages as the driver; it is
+for tests, examples and notebooks. Production jobs build their own session and call
+``register_data_sources`` on it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_session"]
+__all__ = ["local_session", "register_data_sources"]
 
 
 def local_session(
@@ -31,7 +33,8 @@ def local_session(
 
     Returns:
         The session (``SparkSession.builder.getOrCreate()``: an already running one is reused,
-        and then the settings above are not applied again).
+        and then the settings above are not applied again), with the bridge's data sources
+        registered.
 
     Raises:
         ValueError: if ``cores`` or ``shuffle_partitions`` is below 1.
@@ -57,4 +60,15 @@ def local_session(
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    register_data_sources(session)
     return session
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register ``purgatory-signals``, ``purgatory-operations`` and ``purgatory-callbacks``."""
+    from spark_bridge._callbacks_source import CallbacksDataSource  # noqa: PLC0415
+    from spark_bridge._operations_sink import OperationsDataSource  # noqa: PLC0415
+    from spark_bridge._signals_sink import SignalsDataSource  # noqa: PLC0415
+
+    for source in (SignalsDataSource, OperationsDataSource, CallbacksDataSource):
+        spark.dataSource.register(source)

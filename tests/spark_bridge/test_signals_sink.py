@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from purgatory._codec import SignalRecord, WatermarkRecord, decode_signal
-from spark_bridge._signals_sink import SignalsDataSource, register_signals_sink
+from spark_bridge import SignalsDataSource, register_data_sources
+from tests.spark_bridge._kafka import read_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +29,7 @@ FORMAT = "purgatory-signals"
 
 @pytest.fixture(scope="module")
 def sink(spark: SparkSession) -> SparkSession:
-    register_signals_sink(spark)
+    register_data_sources(spark)
     return spark
 
 
@@ -37,30 +38,6 @@ def topic(kafka_broker: EmbeddedBroker) -> Iterator[str]:
     name = f"signals-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topics({name: 2})
     yield name
-
-
-def read_records(servers: str, topic: str, count: int, timeout_s: float = 20.0) -> list[Any]:
-    """Exactly ``count`` records of ``topic`` (counted: the broker's end offsets can lag)."""
-    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
-
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
-    try:
-        partitions = [
-            TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout_s  # noqa: TID251 - a bound on a real broker
-        while len(records) < count and time.monotonic() < deadline:  # noqa: TID251
-            for batch in consumer.poll(timeout_ms=200).values():
-                records.extend(batch)
-        # A short extra poll: more than ``count`` would be a bug too.
-        for batch in consumer.poll(timeout_ms=500).values():
-            records.extend(batch)
-        return records
-    finally:
-        consumer.close()
 
 
 def writer(df: DataFrame, servers: str, topic: str, **options: str) -> Any:
@@ -155,7 +132,7 @@ def test_a_null_key_fails_the_write_naming_the_key_column(
 ) -> None:
     df = sink.createDataFrame([("s", "k1"), ("s", None)], "scope string, key string")
     message = failure(writer(df.coalesce(1), kafka_broker.bootstrap_servers, topic).save)
-    assert "SignalRowError" in message
+    assert "RowError" in message
     assert "column 'key': must be a non-empty string; row: scope='s', key=None" in message
 
 

@@ -1,0 +1,314 @@
+"""What the bridge's Kafka sinks share (spark_bridge layer): options, delivery and watermarks.
+
+Both sinks (``purgatory-signals`` and ``purgatory-operations``) turn rows into records and
+publish them with kafka-python, and both can publish the scope's event-time watermark after a
+batch. This module holds that common part, so that each sink only says how a row becomes a
+record:
+
+* :func:`kafka_target` reads the connection options (``bootstrap_servers``, ``topic``,
+  timeouts, SASL/SSL) and :func:`probe` checks on the driver that the broker answers and the
+  topic exists, so a wrong address fails the job before any task runs, naming the option;
+* :func:`send_all` publishes one task's records with one producer, flushes, and raises
+  :class:`TransportError` if any record was not acknowledged, so Spark retries the task (or
+  fails the micro-batch) instead of dropping records;
+* :func:`watermark_policy` and :func:`publish_watermarks` implement ``watermark=true``: after a
+  batch (in the writer's ``commit``, on the driver, once every task has flushed) one watermark
+  per scope at ``max(event time) - watermark_delay_ms``, never backward (the last marks are
+  kept in ``watermark_state_path``, by default inside a local ``checkpointLocation``). That is
+  the rule of Spark's ``withWatermark``: a sink never sees the query's own watermark (it is
+  handed rows only), so it computes the same bound from the rows it writes.
+
+Every row error is a :class:`RowError` naming the column and showing the row's values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+from purgatory._codec import RecordError, WatermarkRecord, encode_signal, message_key
+from purgatory._core import ConfigError, TransportError
+
+__all__ = [
+    "KafkaTarget",
+    "RowError",
+    "TaskReport",
+    "WatermarkPolicy",
+    "epoch_ms",
+    "int_option",
+    "kafka_target",
+    "probe",
+    "publish_watermarks",
+    "send_all",
+    "show_row",
+    "watermark_policy",
+]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_ONE_MS = dt.timedelta(milliseconds=1)
+_SECURITY = {"security_protocol": "security_protocol", "sasl_mechanism": "sasl_mechanism",
+             "sasl_username": "sasl_plain_username", "sasl_password": "sasl_plain_password",
+             "ssl_cafile": "ssl_cafile"}  # fmt: skip
+# Without a state file, the high marks of this process (see watermark_policy).
+_MARKS_IN_PROCESS: dict[tuple[str, str], dict[str, int]] = {}
+
+
+class RowError(RecordError):
+    """A row that cannot become a record; ``field`` is the column, the message shows the row."""
+
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(column, reason)
+        self.args = (f"column {column!r}: {reason}",)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTarget:
+    """Where a sink publishes, and how long it may take."""
+
+    bootstrap_servers: str
+    topic: str
+    connect_timeout_ms: int
+    delivery_timeout_ms: int
+    security: tuple[tuple[str, str], ...] = ()
+
+    def producer(self) -> Any:
+        """A kafka-python producer (imported here: this runs on the executors too)."""
+        from kafka import KafkaProducer  # noqa: PLC0415
+
+        return KafkaProducer(
+            bootstrap_servers=self.bootstrap_servers.split(","),
+            acks="all",
+            linger_ms=5,
+            bootstrap_timeout_ms=self.connect_timeout_ms,
+            max_block_ms=self.connect_timeout_ms,
+            request_timeout_ms=min(30_000, self.delivery_timeout_ms),
+            delivery_timeout_ms=self.delivery_timeout_ms,
+            **dict(self.security),
+        )
+
+
+def int_option(options: Mapping[str, str], name: str, default: int, low: int) -> int:
+    """An integer option, at least ``low``.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    raw = options.get(name)
+    try:
+        value = default if raw is None else int(raw)
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be an integer, got {raw!r}") from None
+    if value < low:
+        raise ConfigError(f"option {name!r} must be >= {low}, got {value}")
+    return value
+
+
+def kafka_target(options: Mapping[str, str], default_topic: str) -> KafkaTarget:
+    """The connection options of a sink.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    servers = (options.get("bootstrap_servers") or "").strip()
+    if not servers:
+        raise ConfigError("option 'bootstrap_servers' is required (host:port[,host:port...])")
+    return KafkaTarget(
+        bootstrap_servers=servers,
+        topic=(options.get("topic") or default_topic).strip(),
+        connect_timeout_ms=int_option(options, "connect_timeout_ms", 10_000, 1),
+        delivery_timeout_ms=int_option(options, "delivery_timeout_ms", 120_000, 1),
+        security=tuple((_SECURITY[k], v) for k in sorted(_SECURITY) if (v := options.get(k))),
+    )
+
+
+def probe(target: KafkaTarget) -> None:
+    """Check that the broker answers and the topic exists.
+
+    Raises:
+        TransportError: naming ``bootstrap_servers`` or ``topic``.
+    """
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    try:
+        producer = target.producer()
+    except KafkaError as e:
+        raise TransportError(
+            f"option 'bootstrap_servers': no broker answered at {target.bootstrap_servers!r} "
+            f"within {target.connect_timeout_ms} ms (option 'connect_timeout_ms'): {e}"
+        ) from None
+    try:
+        if not producer.partitions_for(target.topic):
+            raise TransportError(f"option 'topic': {target.topic!r} has no partitions")
+    except KafkaError as e:
+        raise TransportError(
+            f"option 'topic': no metadata for {target.topic!r} at {target.bootstrap_servers!r}: {e}"
+        ) from None
+    finally:
+        producer.close(timeout=1)
+
+
+def send_all(target: KafkaTarget, records: Iterable[tuple[bytes, bytes]]) -> int:
+    """Publish ``(key, value)`` records with one producer, flush, and count them.
+
+    Raises:
+        TransportError: any record was not acknowledged (the task fails, Spark retries it).
+        RowError: from ``records``, if a row cannot be encoded (nothing is skipped).
+    """
+    from kafka.errors import KafkaError  # noqa: PLC0415
+
+    errors: list[BaseException] = []
+    try:
+        producer = target.producer()
+    except KafkaError as e:
+        raise TransportError(
+            f"option 'bootstrap_servers' {target.bootstrap_servers!r}: {e}"
+        ) from None
+    sent = 0
+    try:
+        for key, value in records:
+            producer.send(target.topic, key=key, value=value).add_errback(errors.append)
+            sent += 1
+        producer.flush(timeout=target.delivery_timeout_ms / 1000)
+    except KafkaError as e:
+        errors.append(e)
+    finally:
+        producer.close(timeout=target.delivery_timeout_ms / 1000)
+    if errors:
+        raise TransportError(
+            f"{len(errors)} record(s) not delivered to topic {target.topic!r} at "
+            f"{target.bootstrap_servers!r} (the task fails so that Spark retries it): {errors[0]}"
+        )
+    return sent
+
+
+def epoch_ms(value: object, naive_is_utc: bool) -> object:
+    """Epoch milliseconds of a timestamp cell; other values are returned as they are.
+
+    PySpark hands ``TIMESTAMP`` cells out as naive local datetimes and ``TIMESTAMP_NTZ`` cells
+    as naive wall-clock datetimes, which the bridge reads as UTC (``naive_is_utc``).
+    """
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC) if naive_is_utc else value.astimezone()
+        return (value - _EPOCH) // _ONE_MS
+    return value
+
+
+def show_row(cells: Mapping[str, object]) -> str:
+    """The row's values, each cut to 80 characters, for an error message."""
+
+    def short(value: object) -> str:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return ", ".join(f"{k}={short(v)}" for k, v in cells.items())
+
+
+@dataclass(slots=True)
+class TaskReport(WriterCommitMessage):
+    """What one task wrote: its record count and, per scope, the highest event time."""
+
+    records: int = 0
+    high_marks: dict[str, int] = field(default_factory=dict)
+
+    def saw(self, scope: str, event_time_ms: int | None) -> None:
+        """Count one record of ``scope`` and keep its event time if it is the highest."""
+        self.records += 1
+        if event_time_ms is not None and event_time_ms > self.high_marks.get(scope, -1):
+            self.high_marks[scope] = event_time_ms
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkPolicy:
+    """``watermark=true``: publish ``max(event time) - delay_ms`` per scope after each batch."""
+
+    enabled: bool
+    delay_ms: int
+    state_path: str | None
+
+
+def watermark_policy(options: Mapping[str, str], event_time_column: str | None) -> WatermarkPolicy:
+    """The watermark options of a sink.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    enabled = (options.get("watermark") or "false").strip().lower()
+    if enabled not in ("true", "false"):
+        raise ConfigError(f"option 'watermark' must be 'true' or 'false', got {enabled!r}")
+    if enabled == "true" and event_time_column is None:
+        raise ConfigError("option 'watermark' is 'true' but option 'event_time_column' is unset")
+    state_path = options.get("watermark_state_path")
+    checkpoint = options.get("checkpointLocation") or ""
+    if state_path is None and checkpoint and "://" not in checkpoint.removeprefix("file://"):
+        state_path = os.path.join(checkpoint.removeprefix("file:"), "purgatory-watermarks.json")
+    return WatermarkPolicy(
+        enabled=enabled == "true",
+        delay_ms=int_option(options, "watermark_delay_ms", 0, 0),
+        state_path=state_path,
+    )
+
+
+def publish_watermarks(
+    target: KafkaTarget, policy: WatermarkPolicy, messages: Iterable[object]
+) -> dict[str, int]:
+    """Publish the batch's watermarks that move a scope forward; returns what was published.
+
+    Raises:
+        TransportError: a watermark was not acknowledged (the batch fails and is retried).
+    """
+    if not policy.enabled:
+        return {}
+    high: dict[str, int] = {}
+    for message in messages:
+        if isinstance(message, TaskReport):
+            for scope, mark in message.high_marks.items():
+                high[scope] = max(high.get(scope, 0), mark)
+    published = _load_marks(target, policy)
+    due = {
+        scope: mark
+        for scope, top in sorted(high.items())
+        if (mark := max(0, top - policy.delay_ms)) > published.get(scope, -1)
+    }
+    if due:
+        records = [WatermarkRecord(scope, mark) for scope, mark in due.items()]
+        send_all(target, ((message_key(r), encode_signal(r)) for r in records))
+        _save_marks(target, policy, {**published, **due})
+    return due
+
+
+def _load_marks(target: KafkaTarget, policy: WatermarkPolicy) -> dict[str, int]:
+    if policy.state_path is None:
+        return dict(_MARKS_IN_PROCESS.get((target.bootstrap_servers, target.topic), {}))
+    try:
+        with open(policy.state_path, encoding="utf-8") as f:
+            marks: dict[str, int] = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return marks
+
+
+def _save_marks(target: KafkaTarget, policy: WatermarkPolicy, marks: dict[str, int]) -> None:
+    path = policy.state_path
+    if path is None:
+        _MARKS_IN_PROCESS[(target.bootstrap_servers, target.topic)] = marks
+        return
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".purgatory-watermarks-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(marks, f, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
