@@ -1,0 +1,146 @@
+{{/*
+The chart name, or nameOverride.
+*/}}
+{{- define "purgatory.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name: fullnameOverride, or the release name followed by the chart name (the release
+name alone when it already contains the chart name). DNS labels are at most 63 characters.
+*/}}
+{{- define "purgatory.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+chart-version, as the helm.sh/chart label.
+*/}}
+{{- define "purgatory.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every resource.
+*/}}
+{{- define "purgatory.labels" -}}
+helm.sh/chart: {{ include "purgatory.chart" . }}
+{{ include "purgatory.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: purgatory
+{{- end }}
+
+{{/*
+Labels that select the release's pods (never change them: selectors are immutable).
+*/}}
+{{- define "purgatory.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "purgatory.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The ServiceAccount's name.
+*/}}
+{{- define "purgatory.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "purgatory.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image reference: repository, then @digest or :tag (the appVersion by default).
+*/}}
+{{- define "purgatory.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the pods run as a StatefulSet that assigns partitions by pod ordinal.
+*/}}
+{{- define "purgatory.ordinal" -}}
+{{- if eq .Values.partitionAssignment.mode "ordinal" }}true{{ end }}
+{{- end }}
+
+{{/*
+A setting's value as the text of its environment variable. Helm reads numbers from values as
+floating point, so integers are printed as integers (never 1e+07).
+*/}}
+{{- define "purgatory.settingText" -}}
+{{- if kindIs "bool" . }}
+{{- ternary "true" "false" . }}
+{{- else if or (kindIs "float64" .) (kindIs "int" .) (kindIs "int64" .) }}
+{{- . | int64 | toString }}
+{{- else }}
+{{- . | toString }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the mounted secrets and files live in the container.
+*/}}
+{{- define "purgatory.saslDir" -}}/var/run/secrets/purgatory/kafka-sasl{{- end }}
+{{- define "purgatory.tlsDir" -}}/var/run/secrets/purgatory/kafka-tls{{- end }}
+{{- define "purgatory.apiTokenDir" -}}/var/run/secrets/purgatory/api-token{{- end }}
+{{- define "purgatory.partitionsDir" -}}/etc/purgatory/partitions{{- end }}
+
+{{/*
+Fails on combinations the schema cannot express, naming the values involved.
+*/}}
+{{- define "purgatory.validate" -}}
+{{- $cfg := .Values.config }}
+{{- $protocol := $cfg.kafka_security_protocol }}
+{{- $sasl := .Values.kafka.sasl }}
+{{- if and (hasPrefix "SASL_" $protocol) (not $sasl.existingSecret) }}
+{{- fail (printf "kafka.sasl.existingSecret: required when config.kafka_security_protocol is %s (the password is read from that Secret, never from values)" $protocol) }}
+{{- end }}
+{{- if and $sasl.existingSecret (not (hasPrefix "SASL_" $protocol)) }}
+{{- fail (printf "kafka.sasl.existingSecret: only used with config.kafka_security_protocol SASL_PLAINTEXT or SASL_SSL, got %s" $protocol) }}
+{{- end }}
+{{- if and $sasl.existingSecret $sasl.usernameKey $cfg.kafka_sasl_username }}
+{{- fail "config.kafka_sasl_username: set either it or kafka.sasl.usernameKey, not both" }}
+{{- end }}
+{{- if and .Values.kafka.tls.existingSecret (not (has $protocol (list "SSL" "SASL_SSL"))) }}
+{{- fail (printf "kafka.tls.existingSecret: only used with config.kafka_security_protocol SSL or SASL_SSL, got %s" $protocol) }}
+{{- end }}
+{{- if and .Values.kafka.tls.keyKey (not .Values.kafka.tls.certKey) }}
+{{- fail "kafka.tls.keyKey: needs kafka.tls.certKey as well" }}
+{{- end }}
+{{- if and .Values.kafka.tls.certKey (not .Values.kafka.tls.keyKey) }}
+{{- fail "kafka.tls.certKey: needs kafka.tls.keyKey as well" }}
+{{- end }}
+{{- if include "purgatory.ordinal" . }}
+{{- if gt (int .Values.replicaCount) (int .Values.partitionAssignment.partitions) }}
+{{- fail (printf "replicaCount: at most partitionAssignment.partitions (%d) in ordinal mode, got %d" (int .Values.partitionAssignment.partitions) (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}
+{{- if ge (int64 $cfg.shutdown_grace_ms) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
+{{- fail (printf "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (%ds), got %d ms" (int .Values.terminationGracePeriodSeconds) (int64 $cfg.shutdown_grace_ms)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Series selector of the alerts: prometheusRule.selector, or the Service's job and namespace.
+*/}}
+{{- define "purgatory.metricSelector" -}}
+{{- if .Values.prometheusRule.selector }}
+{{- .Values.prometheusRule.selector }}
+{{- else }}
+{{- printf "job=%q,namespace=%q" (include "purgatory.fullname" .) .Release.Namespace }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,224 @@
+{{/*
+The restricted pod security profile of every container (Pod Security Standards "restricted").
+*/}}
+{{- define "purgatory.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The pod template shared by the Deployment and the StatefulSet.
+*/}}
+{{- define "purgatory.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "purgatory.selectorLabels" . | nindent 4 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+    {{- if include "purgatory.ordinal" . }}
+    checksum/partitions: {{ include (print $.Template.BasePath "/partitions-configmap.yaml") . | sha256sum }}
+    {{- end }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "purgatory.serviceAccountName" . }}
+  automountServiceAccountToken: false
+  {{- /* Service links would inject PURGATORY_* variables that the service rejects as unknown. */}}
+  enableServiceLinks: false
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  terminationGracePeriodSeconds: {{ int .Values.terminationGracePeriodSeconds }}
+  securityContext:
+    runAsNonRoot: true
+    {{- with .Values.securityContext }}
+    {{- if not (kindIs "invalid" .runAsUser) }}
+    runAsUser: {{ int64 .runAsUser }}
+    {{- end }}
+    {{- if not (kindIs "invalid" .runAsGroup) }}
+    runAsGroup: {{ int64 .runAsGroup }}
+    {{- end }}
+    {{- if not (kindIs "invalid" .fsGroup) }}
+    fsGroup: {{ int64 .fsGroup }}
+    {{- end }}
+    {{- end }}
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+    - name: purgatory
+      image: {{ include "purgatory.image" . | quote }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      {{- if include "purgatory.ordinal" . }}
+      {{- /* The pod's ordinal (its host name's suffix) picks its partitions from the mounted map. */}}
+      command:
+        - /bin/sh
+        - -c
+        - |
+          set -eu
+          ordinal="${HOSTNAME##*-}"
+          owned="{{ include "purgatory.partitionsDir" . }}/${ordinal}"
+          if [ ! -r "${owned}" ]; then
+            echo "no partitions for pod ordinal ${ordinal}: scale with helm upgrade --set replicaCount=N" >&2
+            exit 1
+          fi
+          PURGATORY_KAFKA_STATIC_PARTITIONS="$(cat "${owned}")"
+          export PURGATORY_KAFKA_STATIC_PARTITIONS
+          exec purgatory serve
+      {{- end }}
+      ports:
+        - name: http
+          containerPort: {{ int .Values.config.http_port }}
+          protocol: TCP
+      envFrom:
+        - configMapRef:
+            name: {{ include "purgatory.fullname" . }}
+      {{- $env := list }}
+      {{- if and .Values.kafka.sasl.existingSecret .Values.kafka.sasl.usernameKey }}
+      {{- $env = append $env (dict "name" "PURGATORY_KAFKA_SASL_USERNAME" "valueFrom" (dict "secretKeyRef" (dict "name" .Values.kafka.sasl.existingSecret "key" .Values.kafka.sasl.usernameKey))) }}
+      {{- end }}
+      {{- if .Values.kafka.sasl.existingSecret }}
+      {{- $env = append $env (dict "name" "PURGATORY_KAFKA_SASL_PASSWORD_FILE" "value" (printf "%s/password" (include "purgatory.saslDir" .))) }}
+      {{- end }}
+      {{- if .Values.apiToken.existingSecret }}
+      {{- $env = append $env (dict "name" "PURGATORY_API_TOKEN_FILE" "value" (printf "%s/token" (include "purgatory.apiTokenDir" .))) }}
+      {{- end }}
+      {{- with $env }}
+      env:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      startupProbe:
+        httpGet:
+          path: /healthz
+          port: http
+        periodSeconds: {{ int .Values.probes.startup.periodSeconds }}
+        failureThreshold: {{ int .Values.probes.startup.failureThreshold }}
+        timeoutSeconds: {{ int .Values.probes.startup.timeoutSeconds }}
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: http
+        periodSeconds: {{ int .Values.probes.liveness.periodSeconds }}
+        failureThreshold: {{ int .Values.probes.liveness.failureThreshold }}
+        timeoutSeconds: {{ int .Values.probes.liveness.timeoutSeconds }}
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: http
+        periodSeconds: {{ int .Values.probes.readiness.periodSeconds }}
+        failureThreshold: {{ int .Values.probes.readiness.failureThreshold }}
+        timeoutSeconds: {{ int .Values.probes.readiness.timeoutSeconds }}
+      {{- with .Values.resources }}
+      resources:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      securityContext:
+        {{- include "purgatory.containerSecurityContext" . | nindent 8 }}
+      volumeMounts:
+        - name: tmp
+          mountPath: /tmp
+        {{- if .Values.kafka.sasl.existingSecret }}
+        - name: kafka-sasl
+          mountPath: {{ include "purgatory.saslDir" . }}
+          readOnly: true
+        {{- end }}
+        {{- if .Values.kafka.tls.existingSecret }}
+        - name: kafka-tls
+          mountPath: {{ include "purgatory.tlsDir" . }}
+          readOnly: true
+        {{- end }}
+        {{- if .Values.apiToken.existingSecret }}
+        - name: api-token
+          mountPath: {{ include "purgatory.apiTokenDir" . }}
+          readOnly: true
+        {{- end }}
+        {{- if include "purgatory.ordinal" . }}
+        - name: partitions
+          mountPath: {{ include "purgatory.partitionsDir" . }}
+          readOnly: true
+        {{- end }}
+  volumes:
+    - name: tmp
+      emptyDir:
+        sizeLimit: {{ .Values.tmpSizeLimit }}
+    {{- with .Values.kafka.sasl }}
+    {{- if .existingSecret }}
+    - name: kafka-sasl
+      secret:
+        secretName: {{ .existingSecret }}
+        defaultMode: 0440
+        items:
+          - key: {{ .passwordKey }}
+            path: password
+    {{- end }}
+    {{- end }}
+    {{- with .Values.kafka.tls }}
+    {{- if .existingSecret }}
+    - name: kafka-tls
+      secret:
+        secretName: {{ .existingSecret }}
+        defaultMode: 0440
+        items:
+          {{- if .caKey }}
+          - key: {{ .caKey }}
+            path: ca.crt
+          {{- end }}
+          {{- if .certKey }}
+          - key: {{ .certKey }}
+            path: tls.crt
+          - key: {{ .keyKey }}
+            path: tls.key
+          {{- end }}
+    {{- end }}
+    {{- end }}
+    {{- with .Values.apiToken }}
+    {{- if .existingSecret }}
+    - name: api-token
+      secret:
+        secretName: {{ .existingSecret }}
+        defaultMode: 0440
+        items:
+          - key: {{ .key }}
+            path: token
+    {{- end }}
+    {{- end }}
+    {{- if include "purgatory.ordinal" . }}
+    - name: partitions
+      configMap:
+        name: {{ include "purgatory.fullname" . }}-partitions
+    {{- end }}
+  {{- $selector := dict "matchLabels" (include "purgatory.selectorLabels" . | fromYaml) }}
+  {{- $constraints := list }}
+  {{- range .Values.topologySpreadConstraints }}
+  {{- $constraints = append $constraints (merge (dict) . (dict "labelSelector" $selector)) }}
+  {{- end }}
+  {{- with $constraints }}
+  topologySpreadConstraints:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
