@@ -1,0 +1,483 @@
+"""The chart rendered by Helm for its defaults and for each optional feature.
+
+Each scenario is linted strictly, and every object it renders is validated offline: built-in
+kinds against the Kubernetes OpenAPI schemas that ``kubernetes-validate`` ships, in strict mode
+(unknown fields rejected), for the oldest Kubernetes the chart supports and the newest known;
+the Prometheus Operator kinds (ServiceMonitor, PrometheusRule), whose CRD schemas that package
+does not ship, against the structural schemas below, which cover the fields the chart uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
+import kubernetes_validate
+import pytest
+
+from purgatory._core import key_group_range_for_operator
+from tests.helm._chart import (
+    CHART_DIR,
+    FULLNAME,
+    NAMESPACE,
+    RELEASE,
+    SCENARIOS,
+    containers,
+    kind,
+    manifests,
+    pod_specs,
+    render,
+)
+
+pytestmark = pytest.mark.helm
+
+# The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
+KUBE_VERSIONS = ("1.25", kubernetes_validate.latest_version())
+
+_DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_METADATA = {
+    "type": "object",
+    "required": ["name", "namespace", "labels"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+        "namespace": {"type": "string"},
+        "labels": _STRING_MAP,
+        "annotations": _STRING_MAP,
+    },
+    "additionalProperties": False,
+}
+# Minimal structural schemas of the monitoring.coreos.com/v1 objects the chart renders: the
+# fields it uses, typed as in the Prometheus Operator's CRDs, and nothing else.
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "ServiceMonitor"},
+            "metadata": _METADATA,
+            "spec": {
+                "type": "object",
+                "required": ["selector", "endpoints"],
+                "additionalProperties": False,
+                "properties": {
+                    "selector": {
+                        "type": "object",
+                        "required": ["matchLabels"],
+                        "additionalProperties": False,
+                        "properties": {"matchLabels": _STRING_MAP},
+                    },
+                    "namespaceSelector": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "matchNames": {"type": "array", "items": {"type": "string"}}
+                        },
+                    },
+                    "endpoints": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["port"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string", "pattern": "^/"},
+                                "scheme": {"enum": ["http", "https"]},
+                                "interval": _DURATION,
+                                "scrapeTimeout": _DURATION,
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "additionalProperties": False,
+    },
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "PrometheusRule"},
+            "metadata": _METADATA,
+            "spec": {
+                "type": "object",
+                "required": ["groups"],
+                "additionalProperties": False,
+                "properties": {
+                    "groups": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "rules"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {"type": "string", "minLength": 1},
+                                "rules": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["alert", "expr"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "alert": {"type": "string", "pattern": "^[A-Za-z]+$"},
+                                            "expr": {"type": "string", "minLength": 1},
+                                            "for": _DURATION,
+                                            "labels": _STRING_MAP,
+                                            "annotations": _STRING_MAP,
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            },
+        },
+        "additionalProperties": False,
+    },
+}
+
+REQUIRED_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+)
+SELECTOR = {"app.kubernetes.io/name": "purgatory", "app.kubernetes.io/instance": RELEASE}
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+scenarios = pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
+
+
+@scenarios
+def test_lint_strict_passes(values: dict[str, Any] | None) -> None:
+    report = helm.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    # Severity 2 is a warning, 3 an error; strict lint fails on both. Info (1) is advice.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@scenarios
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_object_validates_against_the_kubernetes_schemas(
+    values: dict[str, Any] | None, kube_version: str
+) -> None:
+    objects = manifests(values)
+    assert objects
+    for obj in objects:
+        if obj["kind"] in CRD_SCHEMAS:
+            jsonschema.validate(obj, CRD_SCHEMAS[obj["kind"]])
+            continue
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.path)
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} at {where}: {exc.message}")
+
+
+def test_strict_validation_rejects_an_unknown_field() -> None:
+    # The check above has teeth: an unknown field fails in strict mode.
+    deployment = copy.deepcopy(kind(manifests(None), "Deployment")[0])
+    deployment["spec"]["template"]["spec"]["containers"][0]["enviroment"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSIONS[-1], strict=True)
+    rule = kind(manifests(SCENARIOS["prometheus-rule"]), "PrometheusRule")[0]
+    rule["spec"]["groups"][0]["rules"][0]["severity"] = "page"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(rule, CRD_SCHEMAS["PrometheusRule"])
+
+
+@scenarios
+def test_every_object_is_labelled_and_namespaced(values: dict[str, Any] | None) -> None:
+    for obj in manifests(values):
+        meta = obj["metadata"]
+        assert meta["namespace"] == NAMESPACE, meta["name"]
+        missing = [label for label in REQUIRED_LABELS if label not in meta["labels"]]
+        assert missing == [], f"{obj['kind']}/{meta['name']} lacks {missing}"
+        assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE
+
+
+@scenarios
+def test_every_container_runs_under_the_restricted_profile(values: dict[str, Any] | None) -> None:
+    specs = list(pod_specs(manifests(values)))
+    assert len(specs) == 2  # the workload and the helm test pod
+    for name, spec in specs:
+        assert spec["automountServiceAccountToken"] is False, name
+        assert spec["enableServiceLinks"] is False, name
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert pod.get("runAsUser", 1) != 0, name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+        for container in containers(spec):
+            context = container["securityContext"]
+            assert context == RESTRICTED_CONTAINER, f"{name} {container['name']}"
+            assert "resources" in container, f"{name} {container['name']}"
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        assert all("hostPath" not in v for v in volumes.values()), name
+
+
+@scenarios
+def test_the_read_only_root_has_a_writable_tmp(values: dict[str, Any] | None) -> None:
+    (workload,) = [o for o in manifests(values) if o["kind"] in ("Deployment", "StatefulSet")]
+    spec = workload["spec"]["template"]["spec"]
+    tmp = {v["name"]: v for v in spec["volumes"]}["tmp"]
+    assert "emptyDir" in tmp
+    mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["/tmp"] == "tmp"
+
+
+@scenarios
+def test_probes_ports_and_service(values: dict[str, Any] | None) -> None:
+    objects = manifests(values)
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    assert workload["spec"]["selector"]["matchLabels"] == SELECTOR
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}, probe
+    service = next(s for s in kind(objects, "Service") if s["metadata"]["name"] == FULLNAME)
+    assert service["spec"]["selector"] == SELECTOR
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"http": (8080, "http"), "metrics": (9090, "http")}
+    for pdb in kind(objects, "PodDisruptionBudget"):
+        assert pdb["spec"]["selector"]["matchLabels"] == SELECTOR
+    spread = workload["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/hostname",
+    }
+    assert all(c["labelSelector"] == {"matchLabels": SELECTOR} for c in spread)
+
+
+def test_defaults_are_a_deployment_in_a_consumer_group() -> None:
+    objects = manifests(None)
+    assert [o["kind"] for o in objects if o["kind"] in ("Deployment", "StatefulSet")] == [
+        "Deployment"
+    ]
+    assert {o["kind"] for o in objects} == {
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Pod",
+        "Service",
+        "ServiceAccount",
+    }
+    (deployment,) = kind(objects, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "command" not in container  # the image's entry point: purgatory serve
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_ordinal_mode_is_a_statefulset_owning_flink_ranges_of_partitions() -> None:
+    values = SCENARIOS["ordinal"]
+    objects = manifests(values)
+    assert kind(objects, "Deployment") == []
+    (statefulset,) = kind(objects, "StatefulSet")
+    assert statefulset["spec"]["replicas"] == 3
+    assert statefulset["spec"]["serviceName"] == f"{FULLNAME}-headless"
+    headless = next(s for s in kind(objects, "Service") if s["spec"].get("clusterIP") == "None")
+    assert headless["metadata"]["name"] == f"{FULLNAME}-headless"
+    (owned,) = [
+        c for c in kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-partitions")
+    ]
+    expected = {
+        str(i): ",".join(str(p) for p in key_group_range_for_operator(8, 3, i)) for i in range(3)
+    }
+    assert owned["data"] == expected == {"0": "0,1,2", "1": "3,4,5", "2": "6,7"}
+    pod = statefulset["spec"]["template"]
+    assert "checksum/partitions" in pod["metadata"]["annotations"]
+    script = pod["spec"]["containers"][0]["command"]
+    assert script[:2] == ["/bin/sh", "-c"]
+    assert "exec purgatory serve" in script[2]
+
+
+def test_an_ordinal_pod_gets_its_partitions_from_its_host_name(tmp_path: Path) -> None:
+    objects = manifests(SCENARIOS["ordinal"])
+    (statefulset,) = kind(objects, "StatefulSet")
+    (owned,) = [
+        c for c in kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-partitions")
+    ]
+    script = statefulset["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    mounted = tmp_path / "partitions"
+    mounted.mkdir()
+    for ordinal, partitions in owned["data"].items():
+        (mounted / ordinal).write_text(partitions)
+    # Run the pod's script with the mount moved here and `purgatory serve` replaced by env.
+    script = script.replace("/etc/purgatory/partitions", str(mounted))
+    script = script.replace("exec purgatory serve", "exec env")
+    for host, expected in ((f"{FULLNAME}-1", "3,4,5"), (f"{FULLNAME}-2", "6,7")):
+        done = subprocess.run(
+            ["/bin/sh", "-c", script],
+            env={"HOSTNAME": host, "PATH": os.environ["PATH"]},
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        assert f"PURGATORY_KAFKA_STATIC_PARTITIONS={expected}" in done.stdout.splitlines()
+    done = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"HOSTNAME": f"{FULLNAME}-7", "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "no partitions for pod ordinal 7" in done.stderr
+
+
+def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
+    objects = manifests(SCENARIOS["everything"])
+    assert kind(objects, "Secret") == []
+    (statefulset,) = kind(objects, "StatefulSet")
+    spec = statefulset["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["PURGATORY_KAFKA_SASL_USERNAME"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kafka-user", "key": "user"}
+    }
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for env_name, volume, secret, key in (
+        ("PURGATORY_KAFKA_SASL_PASSWORD_FILE", "kafka-sasl", "kafka-user", "pw"),
+        ("PURGATORY_API_TOKEN_FILE", "api-token", "purgatory-api", "bearer"),
+    ):
+        path = env[env_name]["value"]
+        assert mounts[volume]["readOnly"] is True
+        directory, _, file_name = path.rpartition("/")
+        assert mounts[volume]["mountPath"] == directory
+        assert volumes[volume]["secret"]["secretName"] == secret
+        assert volumes[volume]["secret"]["items"] == [{"key": key, "path": file_name}]
+    (config,) = [c for c in kind(objects, "ConfigMap") if c["metadata"]["name"] == FULLNAME]
+    tls_dir = mounts["kafka-tls"]["mountPath"]
+    assert config["data"]["PURGATORY_KAFKA_SSL_CAFILE"] == f"{tls_dir}/ca.crt"
+    assert config["data"]["PURGATORY_KAFKA_SSL_CERTFILE"] == f"{tls_dir}/tls.crt"
+    assert config["data"]["PURGATORY_KAFKA_SSL_KEYFILE"] == f"{tls_dir}/tls.key"
+    assert [i["path"] for i in volumes["kafka-tls"]["secret"]["items"]] == [
+        "ca.crt",
+        "tls.crt",
+        "tls.key",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"config": {"kafka_security_protocol": "SASL_SSL", "kafka_sasl_mechanism": "PLAIN"}},
+            "kafka.sasl.existingSecret: required when config.kafka_security_protocol is SASL_SSL",
+        ),
+        (
+            {"kafka": {"sasl": {"existingSecret": "s"}}},
+            "kafka.sasl.existingSecret: only used with config.kafka_security_protocol",
+        ),
+        (
+            {"kafka": {"tls": {"existingSecret": "t"}}},
+            "kafka.tls.existingSecret: only used with config.kafka_security_protocol SSL",
+        ),
+        (
+            {
+                "config": {"kafka_security_protocol": "SSL"},
+                "kafka": {"tls": {"existingSecret": "t", "keyKey": "tls.key"}},
+            },
+            "kafka.tls.keyKey: needs kafka.tls.certKey",
+        ),
+        (
+            {
+                "config": {
+                    "kafka_security_protocol": "SASL_PLAINTEXT",
+                    "kafka_sasl_mechanism": "PLAIN",
+                    "kafka_sasl_username": "u",
+                },
+                "kafka": {"sasl": {"existingSecret": "s"}},
+            },
+            "config.kafka_sasl_username: set either it or kafka.sasl.usernameKey",
+        ),
+        (
+            {"partitionAssignment": {"mode": "ordinal", "partitions": 2}, "replicaCount": 3},
+            "replicaCount: at most partitionAssignment.partitions (2) in ordinal mode, got 3",
+        ),
+        (
+            {"config": {"shutdown_grace_ms": 30000}},
+            "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (30s)",
+        ),
+    ],
+    ids=[
+        "sasl-without-secret",
+        "sasl-secret-without-sasl",
+        "tls-secret-without-ssl",
+        "tls-key-without-cert",
+        "username-twice",
+        "ordinal-replicas-over-partitions",
+        "grace-over-termination",
+    ],
+)
+def test_the_templates_refuse_inconsistent_values(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmRenderError) as caught:
+        render(values)
+    assert message in str(caught.value)
+
+
+def test_the_helm_test_pod_checks_readiness_through_the_service() -> None:
+    objects = manifests(None)
+    (pod,) = kind(objects, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"][0] == "wget"
+    assert container["command"][-1] == f"http://{FULLNAME}:8080/readyz"
+    # It must not look like a replica: nothing selects it.
+    labels = pod["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in SELECTOR.items())
+
+
+def test_network_policy_opens_the_http_port_dns_and_kafka() -> None:
+    (policy,) = kind(manifests(SCENARIOS["network-policy"]), "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": SELECTOR}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = spec["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert len(ingress["from"]) == 2
+    egress_ports = [p["port"] for rule in spec["egress"] for p in rule["ports"]]
+    assert egress_ports == [53, 53, 9092, 443]
+    (default_policy,) = kind(manifests({"networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert default_policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
+
+
+def test_service_monitor_scrapes_the_metrics_port() -> None:
+    (monitor,) = kind(manifests(SCENARIOS["service-monitor"]), "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["selector"]["matchLabels"] == SELECTOR
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+
+
+def test_notes_tell_how_to_reach_and_test_the_release() -> None:
+    notes = render(None)["purgatory/templates/NOTES.txt"]
+    assert f"helm test {RELEASE}" in notes
+    assert f"port-forward svc/{FULLNAME}" in notes
+    assert "deployment/" in notes
+    assert "statefulset/" in render(SCENARIOS["ordinal"])["purgatory/templates/NOTES.txt"]
