@@ -1,0 +1,213 @@
+"""The alerts and the dashboard: what they watch, and that every series they query is served.
+
+The last test runs the real service against the session's embedded broker and reads its
+``/metrics``: each ``purgatory_*`` name in a rendered alert or dashboard query must be a series
+that the scrape declares (a counter ``x_total``; a histogram ``x_bucket``, ``x_sum``,
+``x_count``; a gauge ``x``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from purgatory.service._app import run_service
+from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._settings import Settings
+from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
+
+pytestmark = pytest.mark.helm
+
+_METRIC = re.compile(r"\bpurgatory_[a-z0-9_]+\b")
+ALERTS = {
+    "PurgatoryExecutorLagHigh": "purgatory_executor_lag_seconds",
+    "PurgatoryExecutorQueueDepthHigh": "purgatory_executor_queue_depth",
+    "PurgatoryReaperLate": "purgatory_reaper_lateness_seconds_bucket",
+    "PurgatoryDeadLetters": "purgatory_records_dead_lettered_total",
+    "PurgatoryConsumerLagHigh": "purgatory_consumer_lag",
+    "PurgatoryCallbackErrors": "purgatory_callback_errors_total",
+    "PurgatoryPendingNearLimit": "purgatory_pending_operations",
+    "PurgatoryNotReady": "purgatory_ready",
+}
+
+
+def _rules(values: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    (rule,) = kind(manifests(values), "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def _dashboard_configmap() -> dict[str, Any]:
+    (config,) = [
+        c
+        for c in kind(manifests(SCENARIOS["grafana-dashboard"]), "ConfigMap")
+        if c["metadata"]["name"] == f"{FULLNAME}-dashboard"
+    ]
+    return config
+
+
+def _dashboard() -> dict[str, Any]:
+    config = _dashboard_configmap()
+    loaded: dict[str, Any] = json.loads(config["data"]["purgatory.json"])
+    return loaded
+
+
+def _queries(node: Any) -> Iterator[str]:
+    """Every PromQL text of a dashboard: panel targets and template variable queries."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("expr", "definition") and isinstance(value, str):
+                yield value
+            else:
+                yield from _queries(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _queries(item)
+
+
+def test_the_alerts_watch_what_operators_need() -> None:
+    rules = _rules(SCENARIOS["prometheus-rule"])
+    assert set(rules) == set(ALERTS)
+    selector = f'job="{FULLNAME}",namespace="{NAMESPACE}"'
+    for name, metric in ALERTS.items():
+        expr = rules[name]["expr"]
+        assert f"{metric}{{{selector}}}" in expr, name
+        assert rules[name]["labels"]["team"] == "data", name
+        assert rules[name]["labels"]["severity"] in ("warning", "critical"), name
+        assert rules[name]["annotations"]["summary"], name
+        assert "{{ $labels." in rules[name]["annotations"]["summary"], name
+
+
+def test_alert_thresholds_follow_the_values() -> None:
+    rules = _rules({"prometheusRule": {"enabled": True}})
+    assert rules["PurgatoryPendingNearLimit"]["expr"].endswith("> 0.8 * 10000000")
+    assert rules["PurgatoryExecutorLagHigh"]["expr"].endswith("> 5")
+    assert rules["PurgatoryConsumerLagHigh"]["expr"].endswith("> 10000")
+    assert rules["PurgatoryExecutorLagHigh"]["for"] == "5m"
+    rules = _rules(
+        {
+            "config": {"max_pending": 20_000_000},
+            "prometheusRule": {
+                "enabled": True,
+                "selector": 'service="purgatory"',
+                "thresholds": {"pendingRatio": 0.5, "executorLagSeconds": 0.25},
+                "for": "2m",
+            },
+        }
+    )
+    expr = rules["PurgatoryPendingNearLimit"]["expr"]
+    assert expr == (
+        'max by (namespace, pod) (purgatory_pending_operations{service="purgatory"})'
+        " > 0.5 * 20000000"
+    )
+    assert rules["PurgatoryExecutorLagHigh"]["expr"].endswith("> 0.25")
+    assert rules["PurgatoryExecutorLagHigh"]["for"] == "2m"
+
+
+def test_the_pending_alert_falls_back_to_the_service_limit() -> None:
+    # The chart's max_pending default is the service's: the alert's ratio is of the real limit.
+    assert (
+        f"* {Settings().max_pending}"
+        in _rules(SCENARIOS["prometheus-rule"])["PurgatoryPendingNearLimit"]["expr"]
+    )
+
+
+def test_the_dashboard_shows_pending_outcomes_latencies_and_lag() -> None:
+    config = _dashboard_configmap()
+    assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config["metadata"]["annotations"] == {"grafana_folder": "Pipelines"}
+    dashboard = _dashboard()
+    panels = {p["title"]: p for p in dashboard["panels"] if p["type"] != "row"}
+    used = {name for query in _queries(dashboard) for name in _METRIC.findall(query)}
+    for title, metric in (
+        ("Pending operations", "purgatory_pending_operations"),
+        ("Outcomes", "purgatory_outcomes_total"),
+        ("Registration to outcome", "purgatory_registration_to_outcome_seconds_bucket"),
+        ("Signal to callback", "purgatory_signal_to_callback_seconds_bucket"),
+        ("Reaper lateness", "purgatory_reaper_lateness_seconds_bucket"),
+        ("Completion executor", "purgatory_executor_lag_seconds"),
+        ("Consumer lag", "purgatory_consumer_lag"),
+    ):
+        assert metric in json.dumps(panels[title]["targets"]), title
+        assert metric in used
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {
+        "datasource",
+        "namespace",
+        "job",
+        "pod",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _served(exposition: str) -> set[str]:
+    """Every series name a scrape declares, as a query would name it."""
+    names: set[str] = set()
+    for line in exposition.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind_ = line.split()
+            if kind_ == "histogram":
+                names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+            elif kind_ == "counter":
+                names.add(name if name.endswith("_total") else f"{name}_total")
+            else:
+                names.add(name)
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+@pytest.mark.kafka
+async def test_every_metric_in_the_alerts_and_the_dashboard_is_served(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    rules = _rules(SCENARIOS["prometheus-rule"])
+    queried = {name for rule in rules.values() for name in _METRIC.findall(rule["expr"])}
+    queried |= {name for query in _queries(_dashboard()) for name in _METRIC.findall(query)}
+    assert len(queried) >= 20
+
+    prefix = f"h{uuid.uuid4().hex[:10]}"
+    topics = {
+        f"topic_{role}": f"{prefix}.{role.replace('_', '-')}"
+        for role in ("requests", "signals", "callbacks", "dead_letters", "changelog")
+    }
+    kafka_broker.create_topics(dict.fromkeys(topics.values(), 1))
+    settings = Settings.from_env(
+        {},
+        kafka_bootstrap_servers=kafka_broker.bootstrap_servers,
+        kafka_group_id=f"{prefix}-group",
+        kafka_static_partitions=(0,),
+        topic_partitions=1,
+        http_port=_free_port(),
+        **topics,
+    )
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(30):
+            await nursery.start(
+                lambda task_status: run_service(settings, stop=stop, task_status=task_status)
+            )
+        url = f"http://{settings.http_host}:{settings.http_port}"
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            ready = await client.get("/readyz")
+            scrape = await client.get("/metrics")
+        stop.set()
+    assert ready.status_code == 200
+    assert scrape.status_code == 200
+    served = _served(scrape.text)
+    assert "purgatory_ready" in served
+    assert queried - served == set()
