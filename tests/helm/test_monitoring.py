@@ -203,10 +203,10 @@ async def test_every_metric_in_the_alerts_and_the_dashboard_is_served(
             )
         url = f"http://{settings.http_host}:{settings.http_port}"
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            ready = await client.get("/readyz")
+            alive = await client.get("/healthz")
             scrape = await client.get("/metrics")
         stop.set()
-    assert ready.status_code == 200
+    assert alive.status_code == 200
     assert scrape.status_code == 200
     served = _served(scrape.text)
     assert "purgatory_ready" in served
