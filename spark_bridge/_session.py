@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["local_session", "register_data_sources"]
+
+# Errors only from Spark's JVM (its default prints warnings about the local machine).
+_LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
 
 def local_session(
@@ -43,6 +47,7 @@ def local_session(
         raise ValueError(
             f"cores and shuffle_partitions must be >= 1: {cores}, {shuffle_partitions}"
         )
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is an optional extra
@@ -57,6 +62,7 @@ def local_session(
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

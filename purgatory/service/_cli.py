@@ -3,8 +3,10 @@
 ``serve`` runs the service as configured by ``PURGATORY_*`` variables (flags override them);
 ``dev`` starts the embedded broker on a free loopback port, creates the topics and serves
 against it; ``op``, ``signal`` and ``watermark`` call a running service's HTTP API; ``demo``
-plays the typical uses in-process. Bad arguments and settings are answered with a message that
-names them and exit status 2; an error answer from the service prints its field and exits 1.
+runs the whole pipeline (embedded broker, the service, Spark jobs), and ``demo --engine`` plays
+the typical uses on the engine alone, in-process. Bad arguments and settings are answered with
+a message that names them and exit status 2; an error answer from the service prints its field
+and exits 1.
 """
 
 from __future__ import annotations
@@ -52,8 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="play the typical uses live, in-process")
-    demo.add_argument("--speed", type=_bounded_float, default=1.0, help="play faster (>1)")
+    demo = commands.add_parser(
+        "demo", help="run the whole pipeline: embedded broker, the service and Spark jobs"
+    )
+    demo.add_argument(
+        "--engine", action="store_true", help="play the typical uses on the engine in-process"
+    )
+    demo.add_argument("--speed", type=_bounded_float, default=1.0, help="with --engine: faster")
 
     for name, text in (
         ("serve", "run the service (configured by PURGATORY_* variables)"),
@@ -148,6 +155,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "demo" and not args.engine:
+        from purgatory.service._pipeline import run_pipeline  # noqa: PLC0415 - starts Spark
+
+        return run_pipeline()
     if args.command == "demo":
 
         async def demo() -> None:
