@@ -460,7 +460,11 @@ def test_network_policy_opens_the_http_port_dns_and_kafka() -> None:
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     (ingress,) = spec["ingress"]
     assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
-    assert len(ingress["from"]) == 2
+    (test_pod,) = kind(manifests(SCENARIOS["network-policy"]), "Pod")
+    assert len(ingress["from"]) == 3
+    assert ingress["from"][1]["podSelector"]["matchLabels"].items() <= (
+        test_pod["metadata"]["labels"].items()
+    )
     egress_ports = [p["port"] for rule in spec["egress"] for p in rule["ports"]]
     assert egress_ports == [53, 53, 9092, 443]
     (default_policy,) = kind(manifests({"networkPolicy": {"enabled": True}}), "NetworkPolicy")
