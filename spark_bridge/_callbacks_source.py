@@ -41,8 +41,10 @@ Options (all strings, names case-insensitive; an unknown option is an error that
   streaming query ignores it and resumes from its checkpoint;
 * ``on_malformed``: ``fail`` (default: the read fails with an error naming the topic, partition
   and offset) or ``skip`` (undecodable records and tombstones are dropped);
-* ``probe_timeout_ms`` (default 10000), ``read_timeout_ms`` (default 60000: how long a read may
-  go without receiving a record before it fails instead of hanging);
+* ``connect_timeout_ms`` (default 10000: how long to wait for a broker to answer before the
+  read fails naming ``bootstrap_servers``), ``probe_timeout_ms`` (default 10000),
+  ``read_timeout_ms`` (default 60000: how long a read may go without receiving a record before
+  it fails instead of hanging);
 * passed to kafka-python as they are: ``client_id``, ``security_protocol``,
   ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``, ``ssl_cafile``,
   ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname`` (true/false).
@@ -127,6 +129,7 @@ _OPTIONS = frozenset(
         "scope",
         "starting_offsets",
         "on_malformed",
+        "connect_timeout_ms",
         "probe_timeout_ms",
         "read_timeout_ms",
         "ssl_check_hostname",
@@ -146,6 +149,7 @@ class _Settings:
     scopes: frozenset[str] | None
     starting_offsets: str | dict[int, int]
     skip_malformed: bool
+    connect_timeout_ms: int
     probe_timeout_ms: int
     read_timeout_ms: int
     client: tuple[tuple[str, str | bool], ...]
@@ -228,6 +232,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
             options.get("starting_offsets", "earliest").strip().lower()
         ),
         skip_malformed=on_malformed == "skip",
+        connect_timeout_ms=_positive_ms(options, "connect_timeout_ms", 10_000),
         probe_timeout_ms=_positive_ms(options, "probe_timeout_ms", 10_000),
         read_timeout_ms=_positive_ms(options, "read_timeout_ms", 60_000),
         client=tuple(client),
@@ -251,11 +256,13 @@ def _consumer(settings: _Settings) -> Any:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            bootstrap_timeout_ms=settings.connect_timeout_ms,
             **dict(settings.client),
         )
     except KafkaError as e:
         raise TransportError(
-            f"{_NAME}: cannot reach {settings.bootstrap_servers}: {type(e).__name__}: {e}"
+            f"{_NAME}: option bootstrap_servers: no broker answered at "
+            f"{settings.bootstrap_servers}: {type(e).__name__}: {e}"
         ) from e
 
 

@@ -7,6 +7,7 @@ return almost nothing.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -258,6 +259,18 @@ def test_malformed_record_fails_naming_its_offset_or_is_skipped(
 def test_missing_bootstrap_servers_is_named(source: SparkSession) -> None:
     with pytest.raises(Exception, match="bootstrap_servers"):
         source.read.format(_FORMAT).load().collect()
+
+
+def test_an_unreachable_broker_is_named(source: SparkSession) -> None:
+    with socket.socket() as probe:  # a loopback port that nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    read = source.read.format(_FORMAT).option("bootstrap_servers", f"127.0.0.1:{port}") \
+        .option("connect_timeout_ms", "2000")  # fmt: skip
+    with pytest.raises(
+        Exception, match=f"option bootstrap_servers: no broker answered at 127.0.0.1:{port}"
+    ):
+        read.load().collect()
 
 
 @pytest.mark.parametrize(
