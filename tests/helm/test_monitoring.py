@@ -8,6 +8,7 @@ that the scrape declares (a counter ``x_total``; a histogram ``x_bucket``, ``x_s
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import socket
@@ -18,10 +19,14 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
+from purgatory._core import Engine, EngineConfig
 from purgatory.service._app import run_service
 from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings
+from reaper import Clock, CompletionExecutor, Reaper
 from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
 
 pytestmark = pytest.mark.helm
@@ -88,7 +93,7 @@ def test_the_alerts_watch_what_operators_need() -> None:
 def test_alert_thresholds_follow_the_values() -> None:
     rules = _rules({"prometheusRule": {"enabled": True}})
     assert rules["PurgatoryPendingNearLimit"]["expr"].endswith("> 0.8 * 10000000")
-    assert rules["PurgatoryExecutorLagHigh"]["expr"].endswith("> 5")
+    assert "> 5) and on (namespace, pod)" in rules["PurgatoryExecutorLagHigh"]["expr"]
     assert rules["PurgatoryConsumerLagHigh"]["expr"].endswith("> 10000")
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "5m"
     rules = _rules(
@@ -107,8 +112,51 @@ def test_alert_thresholds_follow_the_values() -> None:
         'max by (namespace, pod) (purgatory_pending_operations{service="purgatory"})'
         " > 0.5 * 20000000"
     )
-    assert rules["PurgatoryExecutorLagHigh"]["expr"].endswith("> 0.25")
+    assert "> 0.25) and on (namespace, pod)" in rules["PurgatoryExecutorLagHigh"]["expr"]
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "2m"
+
+
+def _scrape(metrics: Metrics) -> dict[str, float]:
+    """The unlabelled samples of a scrape: name -> value."""
+    samples: dict[str, float] = {}
+    for line in metrics.render()[0].decode().splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("purgatory_") and "{" not in name:
+            samples[name] = float(value)
+    return samples
+
+
+async def test_the_executor_lag_alert_stays_quiet_once_the_executor_is_idle(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The lag gauge is the last started callback's lag, and it keeps that value while nothing
+    # runs: the alert must also see callbacks waiting, or it fires on an idle service.
+    executor = CompletionExecutor(Clock(), capacity=8)
+    metrics = Metrics()
+    engine = Engine(EngineConfig(), start_ms=0)
+    metrics.bind(
+        engine_stats=engine.statistics,
+        executor_stats=executor.statistics,
+        reaper_stats=Reaper(engine, executor, Clock()).statistics,
+        consumer_lag=dict,
+        ready=lambda: True,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(executor.run)
+        executor.submit_nowait(functools.partial(trio.sleep, 6), due_ms=0)
+        executor.submit_nowait(lambda: None, due_ms=0)
+        await trio.sleep(3)
+        busy = _scrape(metrics)
+        await executor.aclose()
+    await trio.sleep(3600)
+    idle = _scrape(metrics)
+    assert busy["purgatory_executor_queue_depth"] == 1
+    assert idle["purgatory_executor_lag_seconds"] == 6.0  # an hour later, with nothing to run
+    assert idle["purgatory_executor_queue_depth"] == 0
+    expr = _rules({"prometheusRule": {"enabled": True}})["PurgatoryExecutorLagHigh"]["expr"]
+    gate = "and on (namespace, pod) (max by (namespace, pod) (purgatory_executor_queue_depth{"
+    assert gate in expr
+    assert expr.endswith("}) > 0)")
 
 
 def test_the_pending_alert_falls_back_to_the_service_limit() -> None:
