@@ -92,7 +92,7 @@ def test_the_alerts_watch_what_operators_need() -> None:
 
 def test_alert_thresholds_follow_the_values() -> None:
     rules = _rules({"prometheusRule": {"enabled": True}})
-    assert rules["PurgatoryPendingNearLimit"]["expr"].endswith("> 0.8 * 10000000")
+    assert rules["PurgatoryPendingNearLimit"]["expr"].endswith("> 0.8 * 500000")
     assert "> 5) and on (namespace, pod)" in rules["PurgatoryExecutorLagHigh"]["expr"]
     assert rules["PurgatoryConsumerLagHigh"]["expr"].endswith("> 10000")
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "5m"
@@ -159,11 +159,12 @@ async def test_the_executor_lag_alert_stays_quiet_once_the_executor_is_idle(
     assert expr.endswith("}) > 0)")
 
 
-def test_the_pending_alert_falls_back_to_the_service_limit() -> None:
-    # The chart's max_pending default is the service's: the alert's ratio is of the real limit.
-    assert (
-        f"* {Settings().max_pending}"
-        in _rules(SCENARIOS["prometheus-rule"])["PurgatoryPendingNearLimit"]["expr"]
+def test_the_pending_alert_is_a_ratio_of_the_limit_the_pods_get() -> None:
+    objects = manifests(SCENARIOS["prometheus-rule"])
+    (config,) = [c for c in kind(objects, "ConfigMap") if c["metadata"]["name"] == FULLNAME]
+    limit = Settings.from_env(config["data"]).max_pending
+    assert _rules(SCENARIOS["prometheus-rule"])["PurgatoryPendingNearLimit"]["expr"].endswith(
+        f"> 0.8 * {limit}"
     )
 
 

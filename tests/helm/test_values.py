@@ -8,6 +8,7 @@ variable, its type, range and default, and ``Settings.from_env`` is the parser t
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,20 @@ MANAGED = {
     "kafka_ssl_keyfile",
     "kafka_static_partitions",
 }
-# Defaults the chart changes on purpose: to listen beyond loopback, and to find a Kafka Service.
-CHART_DEFAULTS = {"http_host": "0.0.0.0", "kafka_bootstrap_servers": "kafka:9092"}
+# Defaults the chart changes on purpose: to listen beyond loopback, to find a Kafka Service, and
+# to refuse operations (429) before the memory limit kills the pod with all its state.
+CHART_DEFAULTS = {
+    "http_host": "0.0.0.0",
+    "kafka_bootstrap_servers": "kafka:9092",
+    "max_pending": 500_000,
+    "max_pending_per_scope": 100_000,  # the service's tenth of max_pending, and at most it
+}
+# Memory a pending operation takes, engine and service included: 885 B measured with 1M pending
+# (README, performance), rounded up.
+BYTES_PER_PENDING = 1024
+_QUANTITY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_UNITS.update({"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40})
 # Objects handed to the pod spec as they are: Kubernetes validates them, not this schema.
 PASS_THROUGH = {
     "affinity.nodeAffinity",
@@ -129,6 +142,23 @@ def test_config_defaults_are_the_service_defaults() -> None:
         if expected is not None and not isinstance(expected, int | str):
             expected = str(expected)
         assert value == expected, name
+
+
+def _bytes(quantity: str) -> int:
+    match = _QUANTITY.fullmatch(quantity)
+    assert match, quantity
+    return int(match[1]) * _UNITS[match[2]]
+
+
+def test_max_pending_fits_in_the_memory_limit() -> None:
+    # State is in memory: a replica that fills past its limit is OOM-killed and loses every
+    # pending operation, so the limit refuses registrations (429, PendingNearLimit) long before.
+    values = load_values_file()
+    limit = _bytes(values["resources"]["limits"]["memory"])
+    assert values["config"]["max_pending"] * BYTES_PER_PENDING <= limit // 2
+    assert Settings().max_pending * BYTES_PER_PENDING > limit  # why the chart lowers it
+    (config,) = [c for c in kind(manifests(None), "ConfigMap") if c["metadata"]["name"] == FULLNAME]
+    assert config["data"]["PURGATORY_MAX_PENDING"] == str(values["config"]["max_pending"])
 
 
 def test_config_types_and_ranges_are_the_service_ones() -> None:
