@@ -159,6 +159,20 @@ async def test_the_executor_lag_alert_stays_quiet_once_the_executor_is_idle(
     assert expr.endswith("}) > 0)")
 
 
+def test_the_dead_letter_alert_sees_the_first_dead_letter() -> None:
+    # The series of a (topic, reason) is born at its first dead letter, already at 1: increase()
+    # has no earlier sample to compare with, so the alert also counts series younger than 10m.
+    metrics = Metrics()
+    name = "purgatory_records_dead_lettered_total"
+    assert f"\n{name}{{" not in metrics.render()[0].decode()
+    metrics.dead_lettered("purgatory.signals", "invalid")
+    first = f'{name}{{reason="invalid",topic="purgatory.signals"}} 1.0'
+    assert first in metrics.render()[0].decode().splitlines()
+    expr = _rules(SCENARIOS["prometheus-rule"])["PurgatoryDeadLetters"]["expr"]
+    series = f'{name}{{job="{FULLNAME}",namespace="{NAMESPACE}"}}'
+    assert f"increase({series}[10m]) > 0 or ({series} unless {series} offset 10m)" in expr
+
+
 def test_the_pending_alert_is_a_ratio_of_the_limit_the_pods_get() -> None:
     objects = manifests(SCENARIOS["prometheus-rule"])
     (config,) = [c for c in kind(objects, "ConfigMap") if c["metadata"]["name"] == FULLNAME]
