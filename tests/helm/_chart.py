@@ -24,6 +24,7 @@ __all__ = [
     "chart",
     "containers",
     "kind",
+    "load_objects",
     "load_values_file",
     "manifests",
     "pod_specs",
@@ -139,13 +140,49 @@ def render(values: Mapping[str, Any] | None) -> dict[str, str]:
     return rendered
 
 
+def _repeated_keys(node: Any, where: str = "") -> Iterator[str]:
+    """Paths of the keys that a YAML node's mappings repeat.
+
+    PyYAML keeps the last of two equal keys silently, while the API server may keep either or
+    refuse the object: a rendered manifest must never repeat a key.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            path = f"{where}.{key.value}"
+            if key.value in seen:
+                yield path
+            seen.add(key.value)
+            yield from _repeated_keys(value, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _repeated_keys(item, f"{where}[{i}]")
+
+
 def manifests(values: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Every Kubernetes object rendered, in template order."""
+    """Every Kubernetes object rendered, in template order.
+
+    Raises:
+        ValueError: a mapping of a rendered manifest repeats a key.
+    """
     found: list[dict[str, Any]] = []
     for path, text in sorted(render(values).items()):
         if path.endswith(".yaml"):
-            found.extend(doc for doc in yaml.safe_load_all(text) if doc)
+            found.extend(load_objects(text, path))
     return found
+
+
+def load_objects(text: str, source: str) -> list[dict[str, Any]]:
+    """The YAML documents of ``text`` (empty ones left out), read from ``source``.
+
+    Raises:
+        ValueError: a mapping repeats a key.
+    """
+    for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        repeated = list(_repeated_keys(node))
+        if repeated:
+            raise ValueError(f"{source} repeats {', '.join(repeated)}")
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def kind(objects: list[dict[str, Any]], wanted: str) -> list[dict[str, Any]]:

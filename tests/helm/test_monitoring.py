@@ -27,7 +27,7 @@ from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings
 from reaper import Clock, CompletionExecutor, Reaper
-from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
+from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, load_objects, manifests
 
 pytestmark = pytest.mark.helm
 
@@ -171,6 +171,14 @@ def test_the_dead_letter_alert_sees_the_first_dead_letter() -> None:
     expr = _rules(SCENARIOS["prometheus-rule"])["PurgatoryDeadLetters"]["expr"]
     series = f'{name}{{job="{FULLNAME}",namespace="{NAMESPACE}"}}'
     assert f"increase({series}[10m]) > 0 or ({series} unless {series} offset 10m)" in expr
+
+
+def test_alert_labels_may_override_the_severity() -> None:
+    # manifests() refuses a repeated key: "severity" is rendered once, with the value given.
+    rules = _rules({"prometheusRule": {"enabled": True, "alertLabels": {"severity": "page"}}})
+    assert {r["labels"]["severity"] for r in rules.values()} == {"page"}
+    with pytest.raises(ValueError, match=r"repeats \.a"):
+        load_objects("a: 1\nb: 2\na: 3\n", "text")
 
 
 def test_the_pending_alert_is_a_ratio_of_the_limit_the_pods_get() -> None:
