@@ -20,7 +20,9 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 import kubernetes_validate
 import pytest
 
-from purgatory._core import key_group_range_for_operator
+from purgatory._core import ConfigError, key_group_range_for_operator
+from purgatory.service._settings import Settings
+from purgatory.service._settings import env_name as setting_env
 from tests.helm._chart import (
     CHART_DIR,
     FULLNAME,
@@ -29,6 +31,7 @@ from tests.helm._chart import (
     SCENARIOS,
     containers,
     kind,
+    load_values_file,
     manifests,
     pod_specs,
     render,
@@ -438,6 +441,20 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
             {"config": {"shutdown_grace_ms": 30000}},
             "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (30s)",
         ),
+        (
+            {
+                "config": {"kafka_security_protocol": "SASL_SSL"},
+                "kafka": {"sasl": {"existingSecret": "s"}},
+            },
+            "config.kafka_sasl_mechanism: required when config.kafka_security_protocol is SASL",
+        ),
+        (
+            {
+                "config": {"kafka_security_protocol": "SASL_SSL", "kafka_sasl_mechanism": "PLAIN"},
+                "kafka": {"sasl": {"existingSecret": "s", "usernameKey": ""}},
+            },
+            "kafka.sasl.usernameKey: required (or config.kafka_sasl_username)",
+        ),
     ],
     ids=[
         "sasl-without-secret",
@@ -447,12 +464,35 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
         "username-twice",
         "ordinal-replicas-over-partitions",
         "grace-over-termination",
+        "sasl-without-mechanism",
+        "sasl-without-username",
     ],
 )
 def test_the_templates_refuse_inconsistent_values(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmRenderError) as caught:
         render(values)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"kafka_sasl_mechanism": "PLAIN"}, "kafka_sasl_mechanism"),
+        ({"topic_callbacks": "purgatory.signals"}, "topic_callbacks"),
+        ({"max_pending_per_scope": 500_001}, "max_pending_per_scope"),
+        ({"max_payload_bytes": 1_048_576}, "max_payload_bytes"),
+    ],
+)
+def test_the_templates_refuse_what_the_service_would_refuse_at_start(
+    config: dict[str, Any], named: str
+) -> None:
+    # Without the check, every pod would render, start, and exit on the same ConfigError.
+    given = {**load_values_file()["config"], **config}
+    environ = {setting_env(k): str(v) for k, v in given.items() if v is not None}
+    with pytest.raises(ConfigError, match=f"^{setting_env(named)}: "):
+        Settings.from_env(environ)
+    with pytest.raises(helm.HelmRenderError, match=f"config.{named}: "):
+        render({"config": config})
 
 
 def test_the_helm_test_pod_checks_readiness_through_the_service() -> None:

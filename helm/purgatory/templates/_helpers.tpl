@@ -115,6 +115,30 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- if and $sasl.existingSecret $sasl.usernameKey $cfg.kafka_sasl_username }}
 {{- fail "config.kafka_sasl_username: set either it or kafka.sasl.usernameKey, not both" }}
 {{- end }}
+{{- /* The service's own cross-checks, so that they fail the install rather than every pod. */}}
+{{- if and (hasPrefix "SASL_" $protocol) (not $cfg.kafka_sasl_mechanism) }}
+{{- fail (printf "config.kafka_sasl_mechanism: required when config.kafka_security_protocol is %s" $protocol) }}
+{{- end }}
+{{- if and $cfg.kafka_sasl_mechanism (not (hasPrefix "SASL_" $protocol)) }}
+{{- fail (printf "config.kafka_sasl_mechanism: only used with config.kafka_security_protocol SASL_PLAINTEXT or SASL_SSL, got %s" $protocol) }}
+{{- end }}
+{{- if and $sasl.existingSecret (not $sasl.usernameKey) (not $cfg.kafka_sasl_username) }}
+{{- fail "kafka.sasl.usernameKey: required (or config.kafka_sasl_username) with kafka.sasl.existingSecret" }}
+{{- end }}
+{{- $topics := dict }}
+{{- range $name := list "topic_requests" "topic_signals" "topic_callbacks" "topic_dead_letters" "topic_changelog" }}
+{{- $topic := get $cfg $name }}
+{{- if hasKey $topics $topic }}
+{{- fail (printf "config.%s: must differ from config.%s, both are %q" $name (get $topics $topic) $topic) }}
+{{- end }}
+{{- $_ := set $topics $topic $name }}
+{{- end }}
+{{- if gt (int64 $cfg.max_pending_per_scope) (int64 $cfg.max_pending) }}
+{{- fail (printf "config.max_pending_per_scope: must not exceed config.max_pending (%d), got %d" (int64 $cfg.max_pending) (int64 $cfg.max_pending_per_scope)) }}
+{{- end }}
+{{- if ge (int64 $cfg.max_payload_bytes) (int64 $cfg.max_record_bytes) }}
+{{- fail (printf "config.max_payload_bytes: must be less than config.max_record_bytes (%d), got %d" (int64 $cfg.max_record_bytes) (int64 $cfg.max_payload_bytes)) }}
+{{- end }}
 {{- if and .Values.kafka.tls.existingSecret (not (has $protocol (list "SSL" "SASL_SSL"))) }}
 {{- fail (printf "kafka.tls.existingSecret: only used with config.kafka_security_protocol SSL or SASL_SSL, got %s" $protocol) }}
 {{- end }}
