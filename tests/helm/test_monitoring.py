@@ -218,6 +218,29 @@ def test_the_dashboard_shows_pending_outcomes_latencies_and_lag() -> None:
     }
 
 
+def _unit(panel: dict[str, Any], ref_id: str) -> str:
+    """The unit a panel shows one of its targets in: an override for its refId, or the default."""
+    unit: str = panel["fieldConfig"]["defaults"]["unit"]
+    for override in panel["fieldConfig"]["overrides"]:
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref_id}:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    unit = prop["value"]
+    return unit
+
+
+def test_the_dashboard_shows_durations_in_seconds_and_counts_as_counts() -> None:
+    # A p99 of 0.012 s on the axis of 500 requests/s is a flat line at zero.
+    for panel in _dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            seconds = "histogram_quantile(" in expr or (
+                "rate(" not in expr and re.search(r"_seconds\{", expr) is not None
+            )
+            unit = _unit(panel, target["refId"])
+            assert (unit == "s") == seconds, f"{panel['title']} {target['refId']}: {unit}"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
