@@ -88,6 +88,11 @@ def test_the_alerts_watch_what_operators_need() -> None:
         assert rules[name]["labels"]["severity"] in ("warning", "critical"), name
         assert rules[name]["annotations"]["summary"], name
         assert "{{ $labels." in rules[name]["annotations"]["summary"], name
+        assert len(rules[name]["annotations"]["description"]) > 40, name
+        # A level (gauge, quantile) must hold a while before it pages; a count of events in a
+        # window (dead letters, callback errors) is already an incident.
+        if "increase(" not in rules[name]["expr"]:
+            assert rules[name]["for"], name
 
 
 def test_alert_thresholds_follow_the_values() -> None:
@@ -239,6 +244,64 @@ def test_the_dashboard_shows_durations_in_seconds_and_counts_as_counts() -> None
             )
             unit = _unit(panel, target["refId"])
             assert (unit == "s") == seconds, f"{panel['title']} {target['refId']}: {unit}"
+
+
+def _calls(expr: str, function: str) -> Iterator[str]:
+    """The argument text of every call of ``function`` in a PromQL expression."""
+    for match in re.finditer(rf"\b{function}\(", expr):
+        depth = 0
+        for end in range(match.end() - 1, len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            if depth == 0:
+                yield expr[match.end() : end]
+                break
+        else:
+            pytest.fail(f"unbalanced call of {function} in {expr}")
+
+
+def _metric_types() -> dict[str, str]:
+    """Each series name the service exports, as a query names it -> its metric type."""
+    metrics = Metrics()
+    types = dict.fromkeys(metrics.names(), "gauge")
+    for family in metrics.registry.collect():
+        if family.type == "counter":
+            types[f"{family.name}_total"] = "counter"
+        elif family.type == "histogram":
+            del types[family.name]
+            types.update({f"{family.name}{s}": "histogram" for s in ("_bucket", "_sum", "_count")})
+    return types
+
+
+def _all_queries() -> list[str]:
+    rules = _rules(SCENARIOS["prometheus-rule"])
+    return [rule["expr"] for rule in rules.values()] + list(_queries(_dashboard()))
+
+
+def test_every_query_applies_functions_to_the_right_metric_types() -> None:
+    types = _metric_types()
+    assert types["purgatory_outcomes_total"] == "counter"
+    assert types["purgatory_reaper_lateness_seconds_bucket"] == "histogram"
+    assert types["purgatory_pending_operations"] == "gauge"
+    for expr in _all_queries():
+        assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), expr
+        used = _METRIC.findall(expr)
+        assert all(name in types for name in used), expr
+        in_rates = {
+            name
+            for function in ("rate", "irate", "increase")
+            for argument in _calls(expr, function)
+            for name in _METRIC.findall(argument)
+        }
+        # rate() and increase() take counters (and histogram buckets), never gauges.
+        assert all(types[name] in ("counter", "histogram") for name in in_rates), expr
+        # Buckets are only read as a rate, by histogram_quantile, summed by le.
+        if any(name.endswith("_bucket") for name in used):
+            (argument,) = _calls(expr, "histogram_quantile")
+            assert set(_METRIC.findall(argument)) <= in_rates, expr
+            (by,) = re.findall(r"\bby \(([^)]*)\)", argument)
+            assert "le" in [label.strip() for label in by.split(",")], expr
+        for quantile in _calls(expr, "histogram_quantile"):
+            assert re.match(r"0\.[0-9]+, ", quantile), expr
 
 
 def _free_port() -> int:
