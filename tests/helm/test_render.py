@@ -508,6 +508,16 @@ def test_the_helm_test_pod_checks_readiness_through_the_service() -> None:
     assert not all(labels.get(k) == v for k, v in SELECTOR.items())
 
 
+@pytest.mark.parametrize("ids", [None, SCENARIOS["platform-chosen-ids"]])
+def test_the_helm_test_pod_runs_as_the_workload_does(ids: dict[str, Any] | None) -> None:
+    # A fixed id of its own would be refused where the platform assigns them (OpenShift).
+    specs = dict(pod_specs(manifests(ids)))
+    test_pod = specs[f"Pod/{FULLNAME}-test-readiness"]["securityContext"]
+    workload = specs[f"Deployment/{FULLNAME}"]["securityContext"]
+    for key in ("runAsNonRoot", "runAsUser", "runAsGroup"):
+        assert test_pod.get(key) == workload.get(key), key
+
+
 def test_network_policy_opens_the_http_port_dns_and_kafka() -> None:
     (policy,) = kind(manifests(SCENARIOS["network-policy"]), "NetworkPolicy")
     spec = policy["spec"]
