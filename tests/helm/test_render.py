@@ -544,6 +544,36 @@ def test_service_monitor_scrapes_the_metrics_port() -> None:
     assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
 
 
+def test_the_default_budget_lets_a_drain_evict_the_single_replica() -> None:
+    (pdb,) = kind(manifests(None), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in pdb["spec"]
+    assert "lets no pod be evicted" not in render(None)["purgatory/templates/NOTES.txt"]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "budget", "blocks"),
+    [
+        (1, {"minAvailable": 1}, True),
+        (1, {"minAvailable": "50%"}, True),  # rounded up: 1 of 1
+        (3, {"minAvailable": "50%"}, False),
+        (2, {"minAvailable": 2}, True),
+        (2, {"minAvailable": 1}, False),
+        (1, {"maxUnavailable": 0}, True),
+        (4, {"maxUnavailable": "0%"}, True),
+        (1, {"maxUnavailable": "10%"}, False),  # rounded up: 1
+        (0, {"maxUnavailable": 0}, False),  # no pod to evict
+        (1, {"enabled": False, "minAvailable": 1}, False),
+    ],
+)
+def test_notes_warn_when_the_budget_blocks_every_eviction(
+    replicas: int, budget: dict[str, Any], blocks: bool
+) -> None:
+    values = {"replicaCount": replicas, "podDisruptionBudget": budget}
+    notes = render(values)["purgatory/templates/NOTES.txt"]
+    assert ("lets no pod be evicted" in notes) == blocks
+
+
 def test_notes_tell_how_to_reach_and_test_the_release() -> None:
     notes = render(None)["purgatory/templates/NOTES.txt"]
     assert f"helm test {RELEASE}" in notes

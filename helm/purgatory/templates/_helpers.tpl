@@ -159,6 +159,28 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- end }}
 
 {{/*
+"true" when the PodDisruptionBudget lets no pod be evicted (Kubernetes rounds percentages up):
+a node drain then waits until someone deletes the pod by hand.
+*/}}
+{{- define "purgatory.pdbBlocksEvictions" -}}
+{{- $replicas := int .Values.replicaCount }}
+{{- with .Values.podDisruptionBudget }}
+{{- if and .enabled (gt $replicas 0) }}
+{{- $bound := ternary .maxUnavailable .minAvailable (kindIs "invalid" .minAvailable) }}
+{{- $pods := 0 }}
+{{- if kindIs "string" $bound }}
+{{- $pods = div (add (mul (int (trimSuffix "%" $bound)) $replicas) 99) 100 }}
+{{- else }}
+{{- $pods = int $bound }}
+{{- end }}
+{{- if kindIs "invalid" .minAvailable }}
+{{- if le $pods 0 }}true{{ end }}
+{{- else if ge $pods $replicas }}true{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Series selector of the alerts: prometheusRule.selector, or the Service's job and namespace.
 */}}
 {{- define "purgatory.metricSelector" -}}
