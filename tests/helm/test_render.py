@@ -455,6 +455,10 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
             },
             "kafka.sasl.usernameKey: required (or config.kafka_sasl_username)",
         ),
+        (
+            {"service": {"metricsPort": 8080}},
+            "service.metricsPort: must differ from service.port (8080)",
+        ),
     ],
     ids=[
         "sasl-without-secret",
@@ -466,6 +470,7 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
         "grace-over-termination",
         "sasl-without-mechanism",
         "sasl-without-username",
+        "one-service-port-twice",
     ],
 )
 def test_the_templates_refuse_inconsistent_values(values: dict[str, Any], message: str) -> None:

@@ -153,6 +153,9 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- fail (printf "replicaCount: at most partitionAssignment.partitions (%d) in ordinal mode, got %d" (int .Values.partitionAssignment.partitions) (int .Values.replicaCount)) }}
 {{- end }}
 {{- end }}
+{{- if eq (int .Values.service.port) (int .Values.service.metricsPort) }}
+{{- fail (printf "service.metricsPort: must differ from service.port (%d): a Service cannot list a port twice" (int .Values.service.port)) }}
+{{- end }}
 {{- if ge (int64 $cfg.shutdown_grace_ms) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
 {{- fail (printf "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (%ds), got %d ms" (int .Values.terminationGracePeriodSeconds) (int64 $cfg.shutdown_grace_ms)) }}
 {{- end }}
