@@ -456,6 +456,13 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
             "kafka.sasl.usernameKey: required (or config.kafka_sasl_username)",
         ),
         (
+            {
+                "config": {"kafka_bootstrap_servers": "b-1:9092, b-2:9096"},
+                "networkPolicy": {"enabled": True},
+            },
+            "networkPolicy.egress.kafkaPorts: must include 9096, the port of b-2:9096",
+        ),
+        (
             {"service": {"metricsPort": 8080}},
             "service.metricsPort: must differ from service.port (8080)",
         ),
@@ -470,6 +477,7 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
         "grace-over-termination",
         "sasl-without-mechanism",
         "sasl-without-username",
+        "network-policy-closing-a-broker-port",
         "one-service-port-twice",
     ],
 )
@@ -537,6 +545,9 @@ def test_network_policy_opens_the_http_port_dns_and_kafka() -> None:
     )
     egress_ports = [p["port"] for rule in spec["egress"] for p in rule["ports"]]
     assert egress_ports == [53, 53, 9092, 443]
+    brokers = {"kafka_bootstrap_servers": "b-1:9096,b-2:9096"}
+    opened = {"enabled": True, "egress": {"kafkaPorts": [9096]}}
+    assert kind(manifests({"config": brokers, "networkPolicy": opened}), "NetworkPolicy")
     (default_policy,) = kind(manifests({"networkPolicy": {"enabled": True}}), "NetworkPolicy")
     assert default_policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
 

@@ -153,6 +153,18 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- fail (printf "replicaCount: at most partitionAssignment.partitions (%d) in ordinal mode, got %d" (int .Values.partitionAssignment.partitions) (int .Values.replicaCount)) }}
 {{- end }}
 {{- end }}
+{{- with .Values.networkPolicy }}
+{{- if and .enabled .egress.enabled }}
+{{- $open := list }}
+{{- range .egress.kafkaPorts }}{{ $open = append $open (int .) }}{{ end }}
+{{- range splitList "," $cfg.kafka_bootstrap_servers }}
+{{- $port := int (regexReplaceAll "^.*:" (trim .) "") }}
+{{- if not (has $port $open) }}
+{{- fail (printf "networkPolicy.egress.kafkaPorts: must include %d, the port of %s in config.kafka_bootstrap_servers, got %v" $port (trim .) $open) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if eq (int .Values.service.port) (int .Values.service.metricsPort) }}
 {{- fail (printf "service.metricsPort: must differ from service.port (%d): a Service cannot list a port twice" (int .Values.service.port)) }}
 {{- end }}
