@@ -136,7 +136,11 @@ _OPTIONS = frozenset(
         *_PASS_THROUGH,
     )
 )
-_POLL_MS = 200
+# A fetch returns after at most _FETCH_WAIT_MS when nothing is new (kafka-python waits 500 ms
+# by default, and a probe of an idle topic would then cost three polls); a poll returns after
+# _POLL_MS when no record came, which bounds a probe of an idle topic near 50 ms.
+_FETCH_WAIT_MS = 20
+_POLL_MS = 50
 _Offsets = dict[str, int]
 
 
@@ -257,6 +261,7 @@ def _consumer(settings: _Settings) -> Any:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             bootstrap_timeout_ms=settings.connect_timeout_ms,
+            fetch_max_wait_ms=_FETCH_WAIT_MS,
             **dict(settings.client),
         )
     except KafkaError as e:

@@ -36,7 +36,7 @@ costs.
    topic's end; that probe is also timed alone on the idle topic once the query stopped, since
    it sets how often an idle reader looks for new callbacks). Baseline: the same rounds with a
    kafka-python producer and consumer (no Spark), with the consumer's default
-   ``fetch_max_wait_ms`` (500 ms, as the bridge's consumers) and with 20 ms.
+   ``fetch_max_wait_ms`` (500 ms) and with 20 ms (as the bridge's consumers).
 
 Parts 1 and 2 use topics nobody else reads, and no service runs then, so the figures are the
 bridge's and the clients' alone; the broker, Spark's JVM, its Python workers and this process
@@ -75,7 +75,7 @@ from purgatory.client import PurgatoryClient, operation
 from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._pipeline import service_process
 from spark_bridge import local_session
-from spark_bridge._callbacks_source import _POLL_MS, _probe_ends, _settings
+from spark_bridge._callbacks_source import _FETCH_WAIT_MS, _POLL_MS, _probe_ends, _settings
 from tests.benchmarks._measure import machine_info
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 _PARTITIONS = 2
-_FETCH_MAX_WAIT_MS: int = KafkaConsumer.DEFAULT_CONFIG["fetch_max_wait_ms"]  # the bridge's too
+_FETCH_MAX_WAIT_MS: int = KafkaConsumer.DEFAULT_CONFIG["fetch_max_wait_ms"]
 _SCOPES = 8
 _LONG_TIMEOUT_MS = 3_600_000  # the latency run's operations never expire during a run
 _WARMUP_RECORDS = 2_000
@@ -935,21 +935,10 @@ def _dominant(report: SparkReport) -> list[str]:
         + " ms (latestOffset: the source probing the topic's end; addBatch: reading the "
         "records and running foreachBatch; walCommit, commitOffsets: the checkpoint).",
         f"A probe that finds nothing new takes {_ms(_median(phases.idle_probe_ms))} ms (median "
-        f"of {phases.idle_probe_ms} ms): the source's consumer keeps kafka-python's "
-        f"fetch_max_wait_ms of {_FETCH_MAX_WAIT_MS} ms and polls {_POLL_MS} ms at a time until a "
-        "fetch answer gives the high watermark, so an idle reader runs one probe after another "
-        "and the "
-        f"{phases.trigger_ms} ms trigger never applies; a callback that arrives meanwhile is "
-        "found when the broker answers the probe's waiting fetch.",
+        f"of {phases.idle_probe_ms} ms): the source's consumer asks the broker to answer a fetch "
+        f"within {_FETCH_WAIT_MS} ms and polls {_POLL_MS} ms at a time until a fetch answer "
+        "gives the high watermark.",
     ]
-    same = next(
-        (r for r in report.latency[1:] if r.consumer_fetch_max_wait_ms == _FETCH_MAX_WAIT_MS), None
-    )
-    if same is not None:
-        lines.append(
-            f"That wait alone, in the kafka-python baseline with the same {_FETCH_MAX_WAIT_MS} ms: "
-            f"{_ms(same.outcome_to_seen_p50_ms)} ms from outcome to seen (median)."
-        )
     if base is not None:
         lines.append(
             f"Without Spark (kafka-python, fetch_max_wait_ms={base.consumer_fetch_max_wait_ms}) "
