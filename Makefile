@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench install clean
+.PHONY: demo check test bench bench-spark install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: check
 ## Benchmarks beside their baselines; writes docs/bench-results.json and the plot.
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.run
+
+## The Spark bridge through the real broker and the service; writes docs/bench-spark.json.
+bench-spark: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_spark
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
