@@ -185,6 +185,7 @@ async def run_service(
     own_signals = stop is None
     stop = stop if stop is not None else trio.Event()
     metrics = Metrics()
+    metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
     executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
 
     def wake(deadline_ms: int) -> None:

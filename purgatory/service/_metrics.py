@@ -6,6 +6,8 @@ base units (seconds, bytes, counts):
 
 * counters (``*_total``), incremented by the shell where the event happens;
 * histograms (``*_seconds``) of latencies, observed by the shell;
+* the process's own (``process_resident_memory_bytes``, CPU seconds, open files), from
+  prometheus-client's process collector;
 * gauges computed at scrape time: a collector calls the zero-argument callables given to
   :meth:`Metrics.bind` and turns the frozen statistics records they return into gauge samples,
   so a gauge is never stale and nothing has to be updated on the hot path.
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -32,6 +34,7 @@ from purgatory.service._logging import get_logger
 from reaper import ExecutorStatistics, ReaperStatistics
 
 __all__ = [
+    "DEAD_LETTER_REASONS",
     "LATENCY_BUCKETS_S",
     "REGISTRATION_RESULTS",
     "WAIT_BUCKETS_S",
@@ -177,6 +180,11 @@ def _installed_version() -> str:
         return "unknown"
 
 
+#: The reasons of ``purgatory_records_dead_lettered_total``: a record that does not decode or
+#: breaks a limit (``invalid``), or that the state refused (``refused``: a conflict, a limit).
+DEAD_LETTER_REASONS = ("invalid", "refused")
+
+
 class Metrics:
     """The service's metrics, in a registry of their own.
 
@@ -188,6 +196,7 @@ class Metrics:
     def __init__(self, *, version: str | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, CPU, open files
         self._outcomes = Counter(
             "purgatory_outcomes_total", "Outcomes decided, by kind.", ["outcome"], registry=r
         )
@@ -334,6 +343,16 @@ class Metrics:
     def records_produced(self, topic: str, count: int = 1) -> None:
         """Count Kafka records produced to ``topic``."""
         self._child(self._produced, topic).inc(count)
+
+    def expect_dead_letters(self, topics: Iterable[str]) -> None:
+        """Export the dead-letter series of ``topics`` at 0 from the start.
+
+        A counter series otherwise appears with its first increment, and ``increase()`` over
+        it then misses that first dead letter: an alert would never see it.
+        """
+        for topic in topics:
+            for reason in DEAD_LETTER_REASONS:
+                self._dead_lettered.labels(topic=topic, reason=reason)
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""

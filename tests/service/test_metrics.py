@@ -11,6 +11,7 @@ from prometheus_client.samples import Sample
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
 from purgatory.service._metrics import (
+    DEAD_LETTER_REASONS,
     LATENCY_BUCKETS_S,
     REGISTRATION_RESULTS,
     WAIT_BUCKETS_S,
@@ -146,7 +147,14 @@ def test_names_follow_the_conventions() -> None:
             assert name.endswith("_seconds"), name
         for unit in ("_ms", "_milliseconds", "_minutes", "_hours", "_kb", "_mb"):
             assert unit not in name, name
-    assert set(kinds) == {name.removesuffix("_total") for name in metrics.names()}
+    # Besides the purgatory_* families, only prometheus-client's standard process metrics.
+    ours = {k for k in kinds if k.startswith("purgatory_")}
+    assert ours == {name.removesuffix("_total") for name in metrics.names()}
+    assert set(kinds) - ours == {
+        "process_cpu_seconds", "process_max_fds", "process_open_fds",
+        "process_resident_memory_bytes", "process_start_time_seconds",
+        "process_virtual_memory_bytes",
+    }  # fmt: skip
 
 
 def test_gauges_are_computed_at_scrape_time() -> None:
@@ -192,6 +200,22 @@ def test_before_bind_only_info_and_not_ready() -> None:
     assert value(samples, "purgatory_info", version="9.9.9") == 1
     assert value(samples, "purgatory_ready") == 0
     assert "purgatory_pending_operations" not in samples
+
+
+def test_dead_letter_series_exist_at_zero_from_the_start() -> None:
+    metrics = Metrics()
+    metrics.expect_dead_letters(["req", "sig"])
+    samples = scrape(metrics)
+    for topic in ("req", "sig"):
+        for reason in DEAD_LETTER_REASONS:
+            name = "purgatory_records_dead_lettered_total"
+            assert value(samples, name, topic=topic, reason=reason) == 0
+    metrics.dead_lettered("sig", "invalid")
+    assert value(scrape(metrics), name, topic="sig", reason="invalid") == 1
+
+
+def test_the_process_memory_is_exported() -> None:
+    assert value(scrape(Metrics()), "process_resident_memory_bytes") > 1_000_000
 
 
 def test_a_failing_source_loses_only_its_gauges() -> None:
