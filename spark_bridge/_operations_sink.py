@@ -40,7 +40,7 @@ never fired by the watermark of the batch that moved it. A registration the serv
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,6 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamWriter,
     DataSourceWriter,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import (
     ArrayType,
@@ -78,15 +77,15 @@ from purgatory._core import Condition, ConfigError, TimeDomain, UsageError
 from spark_bridge._signals_sink import check_json_type
 from spark_bridge._writer import (
     KafkaTarget,
+    RecordsStreamWriter,
+    RecordsWriter,
     RowError,
-    TaskReport,
     WatermarkPolicy,
+    append_only,
     epoch_ms,
     int_option,
     kafka_target,
     probe,
-    publish_watermarks,
-    send_all,
     show_row,
     watermark_policy,
 )
@@ -300,50 +299,14 @@ class _Encoder:
             raise RowError(column, f"{e.reason}; row: {show_row(cells)}") from None
 
 
-class _OperationsWriterBase:
-    """The write and commit logic shared by the batch and the streaming writer."""
-
-    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        if overwrite:
-            raise ConfigError("mode: the purgatory-operations sink only appends; use 'append'")
-        self._opts = _parse(options, schema)
-        probe(self._opts.target)
-
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
-        """Send this partition's registrations, flush, and raise on any delivery error."""
-        encode, report = _Encoder(self._opts), TaskReport()
-
-        def records() -> Iterator[tuple[bytes, bytes]]:
-            for row in iterator:
-                scope, event_time, key, value = encode(row)
-                report.saw(scope, event_time)
-                yield key, value
-
-        send_all(self._opts.target, records())
-        return report
-
-    def _publish_watermarks(self, messages: list[WriterCommitMessage | None]) -> None:
-        publish_watermarks(self._opts.target, self._opts.watermark, messages)
-
-
-class _OperationsWriter(_OperationsWriterBase, DataSourceWriter):
-    """Batch writes; ``watermark=true`` publishes the job's high marks once, at the end."""
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._publish_watermarks(messages)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: registrations are idempotent, and Spark re-runs the whole write."""
-
-
-class _OperationsStreamWriter(_OperationsWriterBase, DataSourceStreamWriter):
-    """Streaming writes; ``watermark=true`` publishes each micro-batch's high marks."""
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        self._publish_watermarks(messages)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Nothing to undo: the micro-batch is re-run, and registrations are idempotent."""
+def _writer_parts(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder]:
+    """Check the options, the columns and the broker on the driver; raises naming them."""
+    append_only("purgatory-operations", overwrite)
+    opts = _parse(options, schema)
+    probe(opts.target)
+    return opts.target, opts.watermark, _Encoder(opts)
 
 
 class OperationsDataSource(DataSource):
@@ -367,7 +330,7 @@ class OperationsDataSource(DataSource):
         return "purgatory-operations"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return _OperationsWriter(self.options, schema, overwrite)
+        return RecordsWriter(*_writer_parts(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
-        return _OperationsStreamWriter(self.options, schema, overwrite)
+        return RecordsStreamWriter(*_writer_parts(self.options, schema, overwrite))

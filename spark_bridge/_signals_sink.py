@@ -25,14 +25,13 @@ batch's signals and never backward (see :mod:`spark_bridge._writer`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamWriter,
     DataSourceWriter,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import (
     ArrayType,
@@ -65,15 +64,15 @@ from purgatory._codec import (
 from purgatory._core import ConfigError, UsageError
 from spark_bridge._writer import (
     KafkaTarget,
+    RecordsStreamWriter,
+    RecordsWriter,
     RowError,
-    TaskReport,
     WatermarkPolicy,
+    append_only,
     epoch_ms,
     int_option,
     kafka_target,
     probe,
-    publish_watermarks,
-    send_all,
     show_row,
     watermark_policy,
 )
@@ -203,55 +202,16 @@ class _Encoder:
             raise RowError(column, f"{e.reason}; row: {show_row(cells)}") from None
 
 
-class _SignalsWriterBase:
-    """The write and commit logic shared by the batch and the streaming writer."""
-
-    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        if overwrite:
-            raise ConfigError("mode: the purgatory-signals sink only appends; use mode('append')")
-        self._opts = _parse_options(options)
-        _check_schema(self._opts, schema)
-        kind = None
-        if self._opts.event_time_column is not None:
-            kind = schema[self._opts.event_time_column].dataType
-        self._naive_is_utc = isinstance(kind, TimestampNTZType)
-        probe(self._opts.target)
-
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
-        """Send this partition's rows, flush, and raise on any delivery error."""
-        encode, report = _Encoder(self._opts, self._naive_is_utc), TaskReport()
-
-        def records() -> Iterator[tuple[bytes, bytes]]:
-            for row in iterator:
-                scope, event_time, key, value = encode(row)
-                report.saw(scope, event_time)
-                yield key, value
-
-        send_all(self._opts.target, records())
-        return report
-
-    def _publish_watermarks(self, messages: list[WriterCommitMessage | None]) -> None:
-        publish_watermarks(self._opts.target, self._opts.watermark, messages)
-
-
-class _SignalsWriter(_SignalsWriterBase, DataSourceWriter):
-    """Batch writes; ``watermark=true`` publishes the job's high marks once, at the end."""
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._publish_watermarks(messages)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: delivered signals are facts, and Spark re-runs the whole write."""
-
-
-class _SignalsStreamWriter(_SignalsWriterBase, DataSourceStreamWriter):
-    """Streaming writes; ``watermark=true`` publishes each micro-batch's high marks."""
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        self._publish_watermarks(messages)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Nothing to undo: the micro-batch is re-run, and re-sent signals are idempotent."""
+def _writer_parts(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder]:
+    """Check the options, the columns and the broker on the driver; raises naming them."""
+    append_only("purgatory-signals", overwrite)
+    opts = _parse_options(options)
+    _check_schema(opts, schema)
+    kind = None if opts.event_time_column is None else schema[opts.event_time_column].dataType
+    probe(opts.target)
+    return opts.target, opts.watermark, _Encoder(opts, isinstance(kind, TimestampNTZType))
 
 
 class SignalsDataSource(DataSource):
@@ -281,7 +241,7 @@ class SignalsDataSource(DataSource):
         return "purgatory-signals"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return _SignalsWriter(self.options, schema, overwrite)
+        return RecordsWriter(*_writer_parts(self.options, schema, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
-        return _SignalsStreamWriter(self.options, schema, overwrite)
+        return RecordsStreamWriter(*_writer_parts(self.options, schema, overwrite))

@@ -11,6 +11,9 @@ record:
 * :func:`send_all` publishes one task's records with one producer, flushes, and raises
   :class:`TransportError` if any record was not acknowledged, so Spark retries the task (or
   fails the micro-batch) instead of dropping records;
+* :class:`RecordsWriter` and :class:`RecordsStreamWriter` are the batch and streaming writers
+  of both sinks: each task encodes its rows with the sink's encoder and sends them with
+  :func:`send_all`; ``commit`` publishes the watermarks;
 * :func:`watermark_policy` and :func:`publish_watermarks` implement ``watermark=true``: after a
   batch (in the writer's ``commit``, on the driver, once every task has flushed) one watermark
   per scope at ``max(event time) - watermark_delay_ms``, never backward (the last marks are
@@ -28,20 +31,25 @@ import datetime as dt
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import Row
 
 from purgatory._codec import RecordError, WatermarkRecord, encode_signal, message_key
 from purgatory._core import ConfigError, TransportError
 
 __all__ = [
+    "Encode",
     "KafkaTarget",
+    "RecordsStreamWriter",
+    "RecordsWriter",
     "RowError",
     "TaskReport",
     "WatermarkPolicy",
+    "append_only",
     "epoch_ms",
     "int_option",
     "kafka_target",
@@ -57,6 +65,9 @@ _ONE_MS = dt.timedelta(milliseconds=1)
 _SECURITY = {"security_protocol": "security_protocol", "sasl_mechanism": "sasl_mechanism",
              "sasl_username": "sasl_plain_username", "sasl_password": "sasl_plain_password",
              "ssl_cafile": "ssl_cafile"}  # fmt: skip
+#: A sink's row encoder: row -> (scope, event time or None, message key, value); it raises
+#: RowError naming the column. It is pickled to the executors with the writer.
+Encode = Callable[[Row], tuple[str, int | None, bytes, bytes]]
 # Without a state file, the high marks of this process (see watermark_policy).
 _MARKS_IN_PROCESS: dict[tuple[str, str], dict[str, int]] = {}
 
@@ -312,3 +323,54 @@ def _save_marks(target: KafkaTarget, policy: WatermarkPolicy, marks: dict[str, i
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def append_only(sink: str, overwrite: bool) -> None:
+    """Raises ConfigError if Spark asks ``sink`` to overwrite: the sinks only append."""
+    if overwrite:
+        raise ConfigError(f"mode: the {sink} sink only appends; use mode('append')")
+
+
+class _Records:
+    """The task and commit logic of both sinks' batch and streaming writers."""
+
+    def __init__(self, target: KafkaTarget, watermark: WatermarkPolicy, encode: Encode) -> None:
+        self._target = target
+        self._watermark = watermark
+        self._encode = encode
+
+    def write(self, iterator: Iterator[Row]) -> TaskReport:
+        """Send this partition's rows, flush, and raise on any delivery error."""
+        encode, report = self._encode, TaskReport()
+
+        def records() -> Iterator[tuple[bytes, bytes]]:
+            for row in iterator:
+                scope, event_time, key, value = encode(row)
+                report.saw(scope, event_time)
+                yield key, value
+
+        send_all(self._target, records())
+        return report
+
+    def _publish_watermarks(self, messages: list[WriterCommitMessage | None]) -> None:
+        publish_watermarks(self._target, self._watermark, messages)
+
+
+class RecordsWriter(_Records, DataSourceWriter):
+    """Batch writes; ``watermark=true`` publishes the job's high marks once, at the end."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._publish_watermarks(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to undo: re-sent records are idempotent, and Spark re-runs the write."""
+
+
+class RecordsStreamWriter(_Records, DataSourceStreamWriter):
+    """Streaming writes; ``watermark=true`` publishes each micro-batch's high marks."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self._publish_watermarks(messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Nothing to undo: the micro-batch is re-run, and re-sent records are idempotent."""

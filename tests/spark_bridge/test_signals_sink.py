@@ -176,3 +176,11 @@ def test_an_unreachable_broker_is_named_within_seconds(sink: SparkSession) -> No
     message = failure(save)
     assert time.monotonic() - started < 15  # noqa: TID251
     assert f"option 'bootstrap_servers': no broker answered at '127.0.0.1:{port}'" in message
+
+
+def test_overwrite_mode_is_refused_naming_the_mode(
+    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+) -> None:
+    df = sink.createDataFrame([("s", "k")], "scope string, key string")
+    save = writer(df, kafka_broker.bootstrap_servers, topic).mode("overwrite").save
+    assert "mode: the purgatory-signals sink only appends; use mode('append')" in failure(save)
