@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +12,9 @@ import pytest
 
 from purgatory._codec import RegisterRequest, WatermarkRecord, decode_requests_record
 from purgatory._core import Condition, TimeDomain
-from spark_bridge import OperationsDataSource, register_data_sources
-from tests.spark_bridge._kafka import read_records
+from spark_bridge import OperationsDataSource
+from tests.spark_bridge._support import failure, read_records
+from tests.spark_bridge._support import writer as sink_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -27,28 +26,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 FORMAT = "purgatory-operations"
 
 
-@pytest.fixture(scope="module")
-def sink(spark: SparkSession) -> SparkSession:
-    register_data_sources(spark)
-    return spark
-
-
-@pytest.fixture
-def topic(kafka_broker: EmbeddedBroker) -> Iterator[str]:
-    name = f"requests-{uuid.uuid4().hex[:8]}"
-    kafka_broker.create_topics({name: 2})
-    yield name
-
-
 def writer(df: DataFrame, servers: str, topic: str, **options: str) -> Any:
-    return df.write.format(FORMAT).option("bootstrap_servers", servers).option("topic", topic) \
-        .options(**options).mode("append")  # fmt: skip
-
-
-def failure(action: Any) -> str:
-    with pytest.raises(Exception) as info:
-        action()
-    return str(info.value)
+    return sink_writer(df, FORMAT, servers, topic, **options)
 
 
 def test_the_sink_is_named_purgatory_operations() -> None:
@@ -56,7 +35,7 @@ def test_the_sink_is_named_purgatory_operations() -> None:
 
 
 def test_a_batch_write_registers_one_operation_per_row_with_every_field(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
     deadline = dt.datetime(2026, 11, 22, 6, 0, tzinfo=dt.UTC)
     rows = [
@@ -64,7 +43,7 @@ def test_a_batch_write_registers_one_operation_per_row_with_every_field(
         ("daily/quorum", ["r1", "r2", "r3"], "count", 2, None, 60_000, "y"),
         ("session/alice", [], None, None, deadline, None, None),
     ]
-    df = sink.createDataFrame(
+    df = spark.createDataFrame(
         rows,
         "op_id string, keys array<string>, condition string, count int, "
         "deadline_ms timestamp_ntz, timeout_ms long, tag string",
@@ -94,7 +73,7 @@ def test_a_batch_write_registers_one_operation_per_row_with_every_field(
 
 
 def test_a_stream_re_arms_timers_then_publishes_the_watermark_in_band(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -107,7 +86,7 @@ def test_a_stream_re_arms_timers_then_publishes_the_watermark_in_band(
         path = source / f"part-{i}.json"
         path.write_text("\n".join(lines) + "\n")
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
-    events = sink.readStream.schema("entity string, t long") \
+    events = spark.readStream.schema("entity string, t long") \
         .option("maxFilesPerTrigger", 1).json(str(source))  # fmt: skip
     timers = events.selectExpr(
         "concat('session/', entity) AS op_id", "t + 10000 AS deadline_ms", "t"
@@ -148,9 +127,9 @@ def test_a_stream_re_arms_timers_then_publishes_the_watermark_in_band(
 
 
 def test_a_null_op_id_fails_the_write_naming_the_column_and_sends_nothing_of_it(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([(None, "s")], "op_id string, scope string")
+    df = spark.createDataFrame([(None, "s")], "op_id string, scope string")
     save = writer(df.coalesce(1), kafka_broker.bootstrap_servers, topic, timeout_ms="1000").save
     message = failure(save)
     assert "RowError" in message
@@ -158,18 +137,18 @@ def test_a_null_op_id_fails_the_write_naming_the_column_and_sends_nothing_of_it(
 
 
 def test_a_row_with_neither_deadline_nor_timeout_names_both(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("op", "s")], "op_id string, scope string")
+    df = spark.createDataFrame([("op", "s")], "op_id string, scope string")
     message = failure(writer(df, kafka_broker.bootstrap_servers, topic).save)
     assert "deadline_ms" in message
     assert "timeout_ms" in message
 
 
 def test_a_keys_column_of_integers_is_named_before_any_task_runs(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("op", "s", [1])], "op_id string, scope string, ids array<int>")
+    df = spark.createDataFrame([("op", "s", [1])], "op_id string, scope string, ids array<int>")
     save = writer(df, kafka_broker.bootstrap_servers, topic, keys_column="ids").save
     message = failure(save)
     assert "column 'ids' (option 'keys_column') must be an array of strings, got array<int>" in (
@@ -188,7 +167,7 @@ def test_a_keys_column_of_integers_is_named_before_any_task_runs(
     ],
 )
 def test_bad_options_are_named(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, options: dict[str, str], named: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, options: dict[str, str], named: str
 ) -> None:
-    df = sink.createDataFrame([("op", "s")], "op_id string, scope string")
+    df = spark.createDataFrame([("op", "s")], "op_id string, scope string")
     assert named in failure(writer(df, kafka_broker.bootstrap_servers, "unused", **options).save)

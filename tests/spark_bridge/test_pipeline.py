@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from purgatory.service._pipeline import service_process
-from spark_bridge import register_data_sources
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -50,7 +49,6 @@ class Service:
 def service(
     kafka_broker: EmbeddedBroker, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
-    register_data_sources(spark)
     tag = uuid.uuid4().hex[:6]
     names = {
         "PURGATORY_TOPIC_REQUESTS": f"requests-{tag}",

@@ -6,16 +6,15 @@ import json
 import os
 import socket
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from purgatory._codec import SignalRecord, WatermarkRecord, decode_signal
-from spark_bridge import SignalsDataSource, register_data_sources
-from tests.spark_bridge._kafka import read_records
+from spark_bridge import SignalsDataSource
+from tests.spark_bridge._support import failure, read_records
+from tests.spark_bridge._support import writer as sink_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -27,22 +26,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 FORMAT = "purgatory-signals"
 
 
-@pytest.fixture(scope="module")
-def sink(spark: SparkSession) -> SparkSession:
-    register_data_sources(spark)
-    return spark
-
-
-@pytest.fixture
-def topic(kafka_broker: EmbeddedBroker) -> Iterator[str]:
-    name = f"signals-{uuid.uuid4().hex[:8]}"
-    kafka_broker.create_topics({name: 2})
-    yield name
-
-
 def writer(df: DataFrame, servers: str, topic: str, **options: str) -> Any:
-    return df.write.format(FORMAT).option("bootstrap_servers", servers).option("topic", topic) \
-        .options(**options).mode("append")  # fmt: skip
+    return sink_writer(df, FORMAT, servers, topic, **options)
 
 
 def test_the_source_is_named_purgatory_signals() -> None:
@@ -50,13 +35,13 @@ def test_the_source_is_named_purgatory_signals() -> None:
 
 
 def test_a_batch_write_publishes_exactly_one_signal_per_row(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
     n = 300
     rows = [
         (f"scope-{i % 3}", f"ingest/part-{i}@2026-11-22", 1_000 + i, i, f"p{i}") for i in range(n)
     ]
-    df = sink.createDataFrame(rows, "scope string, key string, t long, n int, tag string")
+    df = spark.createDataFrame(rows, "scope string, key string, t long, n int, tag string")
     df = df.selectExpr("scope", "key", "t", "named_struct('n', n, 'tag', tag) AS body")
     writer(df.repartition(2), kafka_broker.bootstrap_servers, topic,
            event_time_column="t", payload_column="body").save()  # fmt: skip
@@ -77,7 +62,7 @@ def test_a_batch_write_publishes_exactly_one_signal_per_row(
 
 
 def test_a_stream_publishes_signals_then_monotonic_watermarks_per_scope(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -90,7 +75,7 @@ def test_a_stream_publishes_signals_then_monotonic_watermarks_per_scope(
         path = source / f"part-{i}.json"
         path.write_text("\n".join(lines) + "\n")
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))  # the file source's order
-    df = sink.readStream.schema("scope string, key string, t long") \
+    df = spark.readStream.schema("scope string, key string, t long") \
         .option("maxFilesPerTrigger", 1).json(str(source))  # fmt: skip
     query = (
         df.writeStream.format(FORMAT)
@@ -121,56 +106,50 @@ def test_a_stream_publishes_signals_then_monotonic_watermarks_per_scope(
     assert state == {"a": 11_000, "b": 8_000, "c": 0}
 
 
-def failure(action: Any) -> str:
-    with pytest.raises(Exception) as info:
-        action()
-    return str(info.value)
-
-
 def test_a_null_key_fails_the_write_naming_the_key_column(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("s", "k1"), ("s", None)], "scope string, key string")
+    df = spark.createDataFrame([("s", "k1"), ("s", None)], "scope string, key string")
     message = failure(writer(df.coalesce(1), kafka_broker.bootstrap_servers, topic).save)
     assert "RowError" in message
     assert "column 'key': must be a non-empty string; row: scope='s', key=None" in message
 
 
 def test_a_key_over_max_key_bytes_fails_the_write_naming_the_key_column(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("s", "x" * 9)], "scope string, key string")
+    df = spark.createDataFrame([("s", "x" * 9)], "scope string, key string")
     save = writer(df, kafka_broker.bootstrap_servers, topic, max_key_bytes="8").save
     assert "column 'key': " in failure(save)
 
 
 def test_a_column_of_the_wrong_type_is_named_before_any_task_runs(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("s", 1)], "scope string, id int")
+    df = spark.createDataFrame([("s", 1)], "scope string, id int")
     save = writer(df, kafka_broker.bootstrap_servers, topic, key_column="id").save
     assert "column 'id' (option 'key_column') must be a string, got int" in failure(save)
 
 
 def test_a_missing_column_is_named(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("s", "k")], "scope string, name string")
+    df = spark.createDataFrame([("s", "k")], "scope string, name string")
     message = failure(writer(df, kafka_broker.bootstrap_servers, topic).save)
     assert "column 'key' (option 'key_column') is not in the DataFrame" in message
 
 
-def test_a_missing_bootstrap_servers_option_is_named(sink: SparkSession) -> None:
-    df = sink.createDataFrame([("s", "k")], "scope string, key string")
+def test_a_missing_bootstrap_servers_option_is_named(spark: SparkSession) -> None:
+    df = spark.createDataFrame([("s", "k")], "scope string, key string")
     save = df.write.format(FORMAT).mode("append").save
     assert "option 'bootstrap_servers' is required" in failure(save)
 
 
-def test_an_unreachable_broker_is_named_within_seconds(sink: SparkSession) -> None:
+def test_an_unreachable_broker_is_named_within_seconds(spark: SparkSession) -> None:
     with socket.socket() as probe:  # a loopback port that nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    df = sink.createDataFrame([("s", "k")], "scope string, key string")
+    df = spark.createDataFrame([("s", "k")], "scope string, key string")
     save = writer(df, f"127.0.0.1:{port}", "purgatory.signals", connect_timeout_ms="2000").save
     started = time.monotonic()  # noqa: TID251 - the bound is the point of this test
     message = failure(save)
@@ -179,8 +158,8 @@ def test_an_unreachable_broker_is_named_within_seconds(sink: SparkSession) -> No
 
 
 def test_overwrite_mode_is_refused_naming_the_mode(
-    sink: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
 ) -> None:
-    df = sink.createDataFrame([("s", "k")], "scope string, key string")
+    df = spark.createDataFrame([("s", "k")], "scope string, key string")
     save = writer(df, kafka_broker.bootstrap_servers, topic).mode("overwrite").save
     assert "mode: the purgatory-signals sink only appends; use mode('append')" in failure(save)

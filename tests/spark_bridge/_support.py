@@ -1,9 +1,27 @@
-"""Reading a topic back in the Spark bridge tests (a bounded loop on the real broker)."""
+"""Helpers of the Spark bridge tests: a sink's writer, a failure's message, a topic read back."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def writer(df: DataFrame, fmt: str, servers: str, topic: str, **options: str) -> Any:
+    """``df.write`` in append mode to the sink ``fmt`` at ``servers``/``topic``."""
+    return df.write.format(fmt).option("bootstrap_servers", servers).option("topic", topic) \
+        .options(**options).mode("append")  # fmt: skip
+
+
+def failure(action: Any) -> str:
+    """The message of what ``action()`` raises (Spark wraps the sink's own error)."""
+    with pytest.raises(Exception) as info:
+        action()
+    return str(info.value)
 
 
 def read_records(servers: str, topic: str, count: int, timeout_s: float = 20.0) -> list[Any]:
