@@ -20,6 +20,7 @@ from purgatory._core._errors import (
     TransportError,
     UsageError,
 )
+from purgatory._core._journal import JournalRecorder, encode_entry, replay_journal
 from purgatory._core._key_groups import (
     MAX_KEY_GROUPS,
     java_string_hash,
@@ -83,6 +84,7 @@ __all__ = [
     "EngineStatistics",
     "FiredTimer",
     "InvariantError",
+    "JournalRecorder",
     "KeyedTimers",
     "KeyedTimersStatistics",
     "LimitError",
@@ -106,11 +108,13 @@ __all__ = [
     "TtlStatistics",
     "UpdateType",
     "UsageError",
+    "encode_entry",
     "java_string_hash",
     "key_group_for",
     "key_group_range_for_operator",
     "murmur_hash",
     "operator_index_for_key_group",
+    "replay_journal",
     "restore_engine",
     "snapshot_engine",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from purgatory._core._errors import UsageError
 from purgatory._core._keyed_timers import KeyedTimers, TimeDomain
@@ -155,6 +156,9 @@ class _Op(DelayedOperation):
         self.engine._finish(self, kind)
 
     def run(self) -> None:
+        journal = self.engine._journal
+        if journal is not None:
+            journal(("expire", self.spec.scope, self.spec.op_id))
         self.expiring = True
         super().run()
 
@@ -166,6 +170,8 @@ class Engine:
         config: tuning and limits.
         start_ms: the clock's initial time (epoch ms in the service).
         emit: called with each outcome as it happens; by default outcomes queue in an outbox.
+        journal: called with each input before it is applied, as a tuple
+            (``purgatory._core._journal`` records and replays them); None records nothing.
     """
 
     def __init__(
@@ -174,8 +180,10 @@ class Engine:
         *,
         start_ms: int = 0,
         emit: Callable[[Outcome], None] | None = None,
+        journal: Callable[[tuple[Any, ...]], None] | None = None,
     ) -> None:
         self.config = config if config is not None else EngineConfig()
+        self._journal = journal
         self._now = check_ms("start_ms", start_ms)
         wheel = Timer(
             tick_ms=self.config.tick_ms, wheel_size=self.config.wheel_size, start_ms=self._now
@@ -208,6 +216,8 @@ class Engine:
         """
         if not isinstance(spec, OperationSpec):
             raise UsageError(f"spec must be an OperationSpec, got {type(spec).__name__}")
+        if self._journal is not None:
+            self._journal(("register", check_ms("now_ms", now_ms), spec))
         now = self._tick(now_ms)
         ident = (spec.scope, spec.op_id)
         current = self._ops.get(ident)
@@ -247,6 +257,10 @@ class Engine:
         Returns:
             How many operations this signal completed.
         """
+        if self._journal is not None:
+            self._journal(
+                ("signal", check_ms("now_ms", now_ms), scope, key, event_time_ms, payload)
+            )
         fact = SignalFact(self._tick(now_ms), _opt_ms("event_time_ms", event_time_ms), payload)
         ident = (check_text("scope", scope), check_text("key", key))
         if payload is not None and not isinstance(payload, str):
@@ -259,10 +273,14 @@ class Engine:
 
         Event-time deadlines it passes expire at the next :meth:`advance_clock`.
         """
+        if self._journal is not None:
+            self._journal(("watermark", scope, watermark_ms))
         return self.keyed.advance_watermark(scope, watermark_ms)
 
     def cancel(self, scope: str, op_id: str, *, now_ms: int) -> Outcome | None:
         """Cancel a pending operation. Returns its ``cancelled`` outcome, or None if not pending."""
+        if self._journal is not None:
+            self._journal(("cancel", check_ms("now_ms", now_ms), scope, op_id))
         self._tick(now_ms)
         op = self._ops.get((scope, op_id))
         if op is None or not op.cancel_operation():
@@ -277,6 +295,8 @@ class Engine:
         Work is bounded by ``max_fire_per_step`` (plus one bucket): overdue operations after a
         restore come back over several steps, earliest first.
         """
+        if self._journal is not None:
+            self._journal(("advance", check_ms("now_ms", now_ms)))
         now = self._tick(now_ms)
         self.signals.advance_clock(now)
         self.finished.advance_clock(now)
