@@ -26,6 +26,7 @@ _VALUE_ROOTS = (
     "grafanaDashboard",
     "image",
     "kafka",
+    "lifecycle",
     "networkPolicy",
     "partitionAssignment",
     "podDisruptionBudget",
@@ -106,6 +107,7 @@ def test_the_defaults_it_quotes_are_the_chart_defaults() -> None:
         "`terminationGracePeriodSeconds`, `config.shutdown_grace_ms`": (
             f"`{values['terminationGracePeriodSeconds']}`, `{config['shutdown_grace_ms']}`"
         ),
+        "`lifecycle.preStopSleepSeconds`": f"`{values['lifecycle']['preStopSleepSeconds']}`",
     }
     for value, default in rows.items():
         assert f"| {value} | {default}" in SECTION, value

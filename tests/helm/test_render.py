@@ -367,6 +367,53 @@ def test_an_ordinal_pod_gets_its_partitions_from_its_host_name(tmp_path: Path) -
     assert "no partitions for pod ordinal 7" in done.stderr
 
 
+def _pre_stop(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The service container's preStop hook (None without one); the helm test pod has none."""
+    objects = manifests(values)
+    (workload,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    (test_pod,) = kind(objects, "Pod")
+    assert all("lifecycle" not in c for c in containers(test_pod["spec"]))
+    (container,) = containers(workload["spec"]["template"]["spec"])
+    hook: dict[str, Any] | None = container.get("lifecycle", {}).get("preStop")
+    return hook
+
+
+@pytest.mark.parametrize("mode", ["group", "ordinal"])
+def test_a_stopping_pod_keeps_serving_until_the_services_forget_it(mode: str) -> None:
+    # Kubernetes takes a stopping pod out of the endpoints while it sends SIGTERM, not before:
+    # without the pause, the proxies still route new connections to a closed port for a moment.
+    # An exec of the image's sleep, as the native sleep action needs Kubernetes 1.30.
+    assignment = {"partitionAssignment": {"mode": mode}}
+    assert _pre_stop(assignment) == {"exec": {"command": ["/bin/sleep", "5"]}}
+    longer = _pre_stop({**assignment, "lifecycle": {"preStopSleepSeconds": 12}})
+    assert longer == {"exec": {"command": ["/bin/sleep", "12"]}}
+    assert _pre_stop({**assignment, "lifecycle": {"preStopSleepSeconds": 0}}) is None
+    # The kubelet runs the command without a shell; the argument is one sleep accepts.
+    assert longer is not None
+    program, _ = longer["exec"]["command"]
+    done = subprocess.run([program, "0"], capture_output=True, timeout=10, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("pre_stop_s", "grace_ms", "fits"),
+    [(5, 24_999, True), (5, 25_000, False), (0, 29_999, True), (30, 0, False), (29, 999, True)],
+)
+def test_the_pause_and_the_graceful_stop_fit_in_the_grace_period(
+    pre_stop_s: int, grace_ms: int, fits: bool
+) -> None:
+    # The grace period counts from the hook: what the pause takes, the graceful stop loses.
+    values = {
+        "lifecycle": {"preStopSleepSeconds": pre_stop_s},
+        "config": {"shutdown_grace_ms": grace_ms},
+    }
+    if fits:
+        assert kind(manifests(values), "Deployment")
+    else:
+        with pytest.raises(helm.HelmRenderError, match=r"terminationGracePeriodSeconds \(30s\)"):
+            render(values)
+
+
 def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
     objects = manifests(SCENARIOS["everything"])
     assert kind(objects, "Secret") == []
@@ -438,8 +485,14 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
             "replicaCount: at most partitionAssignment.partitions (2) in ordinal mode, got 3",
         ),
         (
-            {"config": {"shutdown_grace_ms": 30000}},
-            "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (30s)",
+            {"config": {"shutdown_grace_ms": 30000}, "lifecycle": {"preStopSleepSeconds": 0}},
+            "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (30s), "
+            "got 0s + 30000 ms",
+        ),
+        (
+            {"config": {"shutdown_grace_ms": 26000}},
+            "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms: must stay below "
+            "terminationGracePeriodSeconds (30s), got 5s + 26000 ms",
         ),
         (
             {
@@ -475,6 +528,7 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
         "username-twice",
         "ordinal-replicas-over-partitions",
         "grace-over-termination",
+        "pre-stop-and-grace-over-termination",
         "sasl-without-mechanism",
         "sasl-without-username",
         "network-policy-closing-a-broker-port",

@@ -168,8 +168,11 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- if eq (int .Values.service.port) (int .Values.service.metricsPort) }}
 {{- fail (printf "service.metricsPort: must differ from service.port (%d): a Service cannot list a port twice" (int .Values.service.port)) }}
 {{- end }}
-{{- if ge (int64 $cfg.shutdown_grace_ms) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
-{{- fail (printf "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (%ds), got %d ms" (int .Values.terminationGracePeriodSeconds) (int64 $cfg.shutdown_grace_ms)) }}
+{{- /* The grace period counts from the pre-stop hook: the pause, then the service's own stop. */}}
+{{- $preStopSeconds := int64 .Values.lifecycle.preStopSleepSeconds }}
+{{- $graceMs := int64 $cfg.shutdown_grace_ms }}
+{{- if ge (add (mul $preStopSeconds 1000) $graceMs) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
+{{- fail (printf "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (%ds), got %ds + %d ms" (int64 .Values.terminationGracePeriodSeconds) $preStopSeconds $graceMs) }}
 {{- end }}
 {{- end }}
 

@@ -121,6 +121,20 @@ spec:
         periodSeconds: {{ int .Values.probes.readiness.periodSeconds }}
         failureThreshold: {{ int .Values.probes.readiness.failureThreshold }}
         timeoutSeconds: {{ int .Values.probes.readiness.timeoutSeconds }}
+      {{- /*
+      Kubernetes removes a stopping pod from the Services' endpoints while it runs the hook, not
+      before: the pause keeps the pod serving until the proxies and clients have caught up, and
+      only then does SIGTERM stop the HTTP server. An exec of the image's sleep, since the native
+      sleep action needs Kubernetes 1.30 and the chart supports 1.25.
+      */}}
+      {{- with int .Values.lifecycle.preStopSleepSeconds }}
+      lifecycle:
+        preStop:
+          exec:
+            command:
+              - /bin/sleep
+              - {{ . | quote }}
+      {{- end }}
       {{- with .Values.resources }}
       resources:
         {{- toYaml . | nindent 8 }}
