@@ -1,9 +1,9 @@
 """The alerts and the dashboard: what they watch, and that every series they query is served.
 
 The last test runs the real service against the session's embedded broker and reads its
-``/metrics``: each ``purgatory_*`` name in a rendered alert or dashboard query must be a series
-that the scrape declares (a counter ``x_total``; a histogram ``x_bucket``, ``x_sum``,
-``x_count``; a gauge ``x``).
+``/metrics``: each ``purgatory_*`` (and prometheus-client's ``process_*``) name in a rendered
+alert or dashboard query must be a series that the scrape declares (a counter ``x_total``; a
+histogram ``x_bucket``, ``x_sum``, ``x_count``; a gauge ``x``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import helm_python as helm
 import httpx
 import pytest
 import trio
@@ -27,11 +28,20 @@ from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings
 from reaper import Clock, CompletionExecutor, Reaper
-from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, load_objects, manifests
+from tests.helm._chart import (
+    FULLNAME,
+    NAMESPACE,
+    SCENARIOS,
+    kind,
+    load_objects,
+    manifests,
+    render,
+)
 
 pytestmark = pytest.mark.helm
 
-_METRIC = re.compile(r"\bpurgatory_[a-z0-9_]+\b")
+# The service's own series, and the process collector's (resident memory, CPU, file descriptors).
+_METRIC = re.compile(r"\b(?:purgatory|process)_[a-z0-9_]+\b")
 ALERTS = {
     "PurgatoryExecutorLagHigh": "purgatory_executor_lag_seconds",
     "PurgatoryExecutorQueueDepthHigh": "purgatory_executor_queue_depth",
@@ -40,6 +50,7 @@ ALERTS = {
     "PurgatoryConsumerLagHigh": "purgatory_consumer_lag",
     "PurgatoryCallbackErrors": "purgatory_callback_errors_total",
     "PurgatoryPendingNearLimit": "purgatory_pending_operations",
+    "PurgatoryMemoryNearLimit": "process_resident_memory_bytes",
     "PurgatoryNotReady": "purgatory_ready",
 }
 
@@ -101,13 +112,19 @@ def test_alert_thresholds_follow_the_values() -> None:
     assert "> 5) and on (namespace, pod)" in rules["PurgatoryExecutorLagHigh"]["expr"]
     assert rules["PurgatoryConsumerLagHigh"]["expr"].endswith("> 10000")
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "5m"
+    assert rules["PurgatoryMemoryNearLimit"]["expr"].endswith("> 0.8 * 1073741824")  # 1Gi
+    assert rules["PurgatoryMemoryNearLimit"]["for"] == "10m"
     rules = _rules(
         {
             "config": {"max_pending": 20_000_000},
             "prometheusRule": {
                 "enabled": True,
                 "selector": 'service="purgatory"',
-                "thresholds": {"pendingRatio": 0.5, "executorLagSeconds": 0.25},
+                "thresholds": {
+                    "pendingRatio": 0.5,
+                    "executorLagSeconds": 0.25,
+                    "memoryFraction": 0.9,
+                },
                 "for": "2m",
             },
         }
@@ -119,6 +136,76 @@ def test_alert_thresholds_follow_the_values() -> None:
     )
     assert "> 0.25) and on (namespace, pod)" in rules["PurgatoryExecutorLagHigh"]["expr"]
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "2m"
+    assert rules["PurgatoryMemoryNearLimit"]["expr"] == (
+        'max by (namespace, pod) (process_resident_memory_bytes{service="purgatory"})'
+        " > 0.9 * 1073741824"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "limit_bytes"),
+    [
+        ("1Gi", 1 << 30),
+        ("512Mi", 512 << 20),
+        ("7Ki", 7 << 10),
+        ("3Ti", 3 << 40),
+        ("64k", 64 * 10**3),
+        ("5M", 5 * 10**6),
+        ("2G", 2 * 10**9),
+        ("1T", 10**12),
+        ("1500000000", 1_500_000_000),
+        (1_073_741_824, 1 << 30),  # a YAML number: plain bytes
+        ("010Mi", 10 << 20),  # base 10, as Kubernetes reads it, not octal
+        ("999999999999999999", 999_999_999_999_999_999),
+    ],
+)
+def test_the_memory_alert_is_a_fraction_of_the_containers_limit(
+    limit: str | int, limit_bytes: int
+) -> None:
+    # The kernel kills the container at its limit, and it loses every pending operation it holds.
+    values = {"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": limit}}}
+    (workload,) = kind(manifests(values), "Deployment")
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["memory"] == limit  # the limit the alert reads
+    rule = _rules(values)["PurgatoryMemoryNearLimit"]
+    assert rule["expr"].endswith(f"> 0.8 * {limit_bytes}")
+    assert f"memory limit ({limit})" in rule["annotations"]["description"]
+
+
+@pytest.mark.parametrize(
+    "limits", [{"memory": None}, {"memory": None, "cpu": "2"}], ids=["none", "cpu-only"]
+)
+def test_without_a_memory_limit_there_is_no_memory_alert(limits: dict[str, Any]) -> None:
+    values = {"prometheusRule": {"enabled": True}, "resources": {"limits": limits}}
+    (workload,) = kind(manifests(values), "Deployment")
+    assert "memory" not in workload["spec"]["template"]["spec"]["containers"][0]["resources"].get(
+        "limits", {}
+    )
+    assert set(_rules(values)) == set(ALERTS) - {"PurgatoryMemoryNearLimit"}
+
+
+@pytest.mark.parametrize(
+    "limit", ["1.5Gi", "500m", "1Pi", "2Ei", "0", 0, 1.5, "99999999999999999Ti"]
+)
+def test_the_memory_alert_refuses_a_limit_it_cannot_read_naming_it(limit: str | float) -> None:
+    # A fraction of a misread limit is a threshold that never fires, or always does.
+    values = {"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": limit}}}
+    with pytest.raises(helm.HelmRenderError) as caught:
+        render(values)
+    message = str(caught.value)
+    assert "resources.limits.memory: the PurgatoryMemoryNearLimit alert needs" in message
+    assert message.endswith(f"got {limit}")
+    # Without the alert the chart does not read the limit: Kubernetes takes any quantity.
+    assert kind(manifests({"resources": {"limits": {"memory": limit}}}), "Deployment")
+
+
+def test_the_memory_alert_tells_what_to_do() -> None:
+    rule = _rules(SCENARIOS["prometheus-rule"])["PurgatoryMemoryNearLimit"]
+    assert rule["labels"] == {"severity": "warning", "team": "data"}
+    description = re.sub(r"\s+", " ", rule["annotations"]["description"])
+    assert "{{ $value | humanize1024 }}B" in description
+    assert "Raise resources.limits.memory, or lower config.max_pending (500000," in description
+    assert "holds in memory" in description
 
 
 def _scrape(metrics: Metrics) -> dict[str, float]:
@@ -264,7 +351,9 @@ def _metric_types() -> dict[str, str]:
     metrics = Metrics()
     types = dict.fromkeys(metrics.names(), "gauge")
     for family in metrics.registry.collect():
-        if family.type == "counter":
+        if family.type == "gauge":  # the process collector's, beside the scrape-time ones
+            types[family.name] = "gauge"
+        elif family.type == "counter":
             types[f"{family.name}_total"] = "counter"
         elif family.type == "histogram":
             del types[family.name]
@@ -282,6 +371,8 @@ def test_every_query_applies_functions_to_the_right_metric_types() -> None:
     assert types["purgatory_outcomes_total"] == "counter"
     assert types["purgatory_reaper_lateness_seconds_bucket"] == "histogram"
     assert types["purgatory_pending_operations"] == "gauge"
+    assert types["process_resident_memory_bytes"] == "gauge"
+    assert types["process_cpu_seconds_total"] == "counter"
     for expr in _all_queries():
         assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), expr
         used = _METRIC.findall(expr)

@@ -113,3 +113,5 @@ def test_the_defaults_it_quotes_are_the_chart_defaults() -> None:
         assert f"| {value} | {default}" in SECTION, value
     assert f"`service.port`, {values['service']['port']}" in FLAT
     assert f"`service.metricsPort`, {values['service']['metricsPort']}" in FLAT
+    fraction = values["prometheusRule"]["thresholds"]["memoryFraction"]
+    assert f"`prometheusRule.thresholds.memoryFraction` ({fraction})" in FLAT

@@ -199,6 +199,39 @@ a node drain then waits until someone deletes the pod by hand.
 {{- end }}
 
 {{/*
+The container's memory limit in bytes; empty without one. Only whole quantities are read: plain
+bytes, or an integer with a binary (Ki Mi Gi Ti) or decimal (k M G T) suffix; anything else
+fails, naming resources.limits.memory, rather than giving an alert a wrong threshold.
+*/}}
+{{- define "purgatory.memoryLimitBytes" -}}
+{{- $limits := .Values.resources.limits }}
+{{- if hasKey $limits "memory" }}
+{{- $limit := $limits.memory }}
+{{- $text := "" }}
+{{- if kindIs "string" $limit }}
+{{- $text = $limit }}
+{{- else if and (or (kindIs "float64" $limit) (kindIs "int" $limit) (kindIs "int64" $limit)) (eq (float64 $limit) (floor $limit)) }}
+{{- $text = include "purgatory.settingText" $limit }}
+{{- end }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $digits := regexFind "^[0-9]{1,18}" $text }}
+{{- $suffix := trimPrefix $digits $text }}
+{{- $bytes := 0 }}
+{{- if and $digits (hasKey $units $suffix) }}
+{{- /* atoi reads base 10 (int64 would read 010 as octal); 18 digits cannot overflow it. */}}
+{{- $count := atoi $digits }}
+{{- $bytes = mul $count (get $units $suffix) }}
+{{- /* int64 multiplication wraps silently: dividing back tells an overflow. */}}
+{{- if ne (div $bytes (get $units $suffix)) (int64 $count) }}{{ $bytes = 0 }}{{ end }}
+{{- end }}
+{{- if le (int64 $bytes) 0 }}
+{{- fail (printf "resources.limits.memory: the PurgatoryMemoryNearLimit alert needs a positive whole number of bytes, optionally with a Ki, Mi, Gi, Ti, k, M, G or T suffix, got %v" $limit) }}
+{{- end }}
+{{- printf "%d" (int64 $bytes) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Series selector of the alerts: prometheusRule.selector, or the Service's job and namespace.
 */}}
 {{- define "purgatory.metricSelector" -}}
