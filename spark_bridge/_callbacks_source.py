@@ -45,9 +45,10 @@ Options (all strings, names case-insensitive; an unknown option is an error that
   read fails naming ``bootstrap_servers``), ``probe_timeout_ms`` (default 10000),
   ``read_timeout_ms`` (default 60000: how long a read may go without receiving a record before
   it fails instead of hanging);
-* passed to kafka-python as they are: ``client_id``, ``security_protocol``,
-  ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``, ``ssl_cafile``,
-  ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_check_hostname`` (true/false).
+* the Kafka client options of every bridge format (``client_id``, ``security_protocol``,
+  ``sasl_mechanism``, ``sasl_username``, ``sasl_password``, ``ssl_cafile``, ``ssl_certfile``,
+  ``ssl_keyfile``, ``ssl_password``; see ``spark_bridge._writer.CLIENT_OPTIONS``), and
+  ``ssl_check_hostname`` (true/false).
 
 kafka-python is imported only inside the functions that Spark runs (planning on the driver's
 Python worker, reading on the executors), so importing this module needs pyspark only.
@@ -80,6 +81,7 @@ from pyspark.sql.types import (
 
 from purgatory._codec import RecordError, decode_callback
 from purgatory._core import BadRecordError, ConfigError, TransportError
+from spark_bridge._writer import CLIENT_OPTIONS, client_options, int_option
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -111,17 +113,6 @@ SCHEMA = StructType(
 
 _NAME = "purgatory-callbacks"
 _DEFAULT_TOPIC = "purgatory.callbacks"
-_PASS_THROUGH = (
-    "client_id",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_plain_username",
-    "sasl_plain_password",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_password",
-)
 _OPTIONS = frozenset(
     (
         "bootstrap_servers",
@@ -133,7 +124,7 @@ _OPTIONS = frozenset(
         "probe_timeout_ms",
         "read_timeout_ms",
         "ssl_check_hostname",
-        *_PASS_THROUGH,
+        *CLIENT_OPTIONS,
     )
 )
 # A fetch returns after at most _FETCH_WAIT_MS when nothing is new (kafka-python waits 500 ms
@@ -157,19 +148,6 @@ class _Settings:
     probe_timeout_ms: int
     read_timeout_ms: int
     client: tuple[tuple[str, str | bool], ...]
-
-
-def _positive_ms(options: Mapping[str, str], name: str, default: int) -> int:
-    text = options.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{_NAME}: option {name} must be an integer >= 1, got {text!r}")
-    return value
 
 
 def _starting_offsets(text: str) -> str | dict[int, int]:
@@ -220,9 +198,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
         raise ConfigError(
             f"{_NAME}: option on_malformed must be fail or skip, got {on_malformed!r}"
         )
-    client: list[tuple[str, str | bool]] = [
-        (name, options[name]) for name in _PASS_THROUGH if name in options
-    ]
+    client: list[tuple[str, str | bool]] = list(client_options(options))
     if "ssl_check_hostname" in options:
         check = options["ssl_check_hostname"].strip().lower()
         if check not in ("true", "false"):
@@ -236,9 +212,9 @@ def _settings(options: Mapping[str, str]) -> _Settings:
             options.get("starting_offsets", "earliest").strip().lower()
         ),
         skip_malformed=on_malformed == "skip",
-        connect_timeout_ms=_positive_ms(options, "connect_timeout_ms", 10_000),
-        probe_timeout_ms=_positive_ms(options, "probe_timeout_ms", 10_000),
-        read_timeout_ms=_positive_ms(options, "read_timeout_ms", 60_000),
+        connect_timeout_ms=int_option(options, "connect_timeout_ms", 10_000, 1),
+        probe_timeout_ms=int_option(options, "probe_timeout_ms", 10_000, 1),
+        read_timeout_ms=int_option(options, "read_timeout_ms", 60_000, 1),
         client=tuple(client),
     )
 

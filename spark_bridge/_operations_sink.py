@@ -319,7 +319,8 @@ class OperationsDataSource(DataSource):
     ``payload_column``), the fixed values ``scope``, ``condition``, ``time_domain``,
     ``timeout_ms``, the watermark options ``watermark``, ``event_time_column``,
     ``watermark_delay_ms``, ``watermark_state_path``, and ``max_key_bytes``,
-    ``connect_timeout_ms``, ``delivery_timeout_ms`` and the SASL/SSL options of the signals sink.
+    ``connect_timeout_ms``, ``delivery_timeout_ms`` and the Kafka client options
+    (``CLIENT_OPTIONS``).
 
     Raises (from ``save()``/``start()``, wrapped by Spark): ConfigError naming the option or
     the column, TransportError naming ``bootstrap_servers``, RowError naming the column.

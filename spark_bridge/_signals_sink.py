@@ -229,8 +229,8 @@ class SignalsDataSource(DataSource):
             the last marks (default: in a local ``checkpointLocation``).
         max_key_bytes: default 512; connect_timeout_ms: default 10000 (driver check and
             producer bootstrap); delivery_timeout_ms: default 120000.
-        security_protocol, sasl_mechanism, sasl_username, sasl_password, ssl_cafile: passed
-            to kafka-python.
+        client_id, security_protocol, sasl_mechanism, sasl_username, sasl_password,
+            ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password: passed to kafka-python.
 
     Raises (from ``save()``/``start()``, wrapped by Spark): ConfigError naming the option or
     the column, TransportError naming ``bootstrap_servers``, RowError naming the column.

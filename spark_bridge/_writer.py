@@ -42,6 +42,7 @@ from purgatory._codec import RecordError, WatermarkRecord, encode_signal, messag
 from purgatory._core import ConfigError, TransportError
 
 __all__ = [
+    "CLIENT_OPTIONS",
     "Encode",
     "KafkaTarget",
     "RecordsStreamWriter",
@@ -50,6 +51,7 @@ __all__ = [
     "TaskReport",
     "WatermarkPolicy",
     "append_only",
+    "client_options",
     "epoch_ms",
     "int_option",
     "kafka_target",
@@ -62,9 +64,18 @@ __all__ = [
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_MS = dt.timedelta(milliseconds=1)
-_SECURITY = {"security_protocol": "security_protocol", "sasl_mechanism": "sasl_mechanism",
-             "sasl_username": "sasl_plain_username", "sasl_password": "sasl_plain_password",
-             "ssl_cafile": "ssl_cafile"}  # fmt: skip
+#: The Kafka client options of every bridge format, and the kafka-python argument each sets.
+CLIENT_OPTIONS = {
+    "client_id": "client_id",
+    "security_protocol": "security_protocol",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl_username": "sasl_plain_username",
+    "sasl_password": "sasl_plain_password",
+    "ssl_cafile": "ssl_cafile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl_keyfile": "ssl_keyfile",
+    "ssl_password": "ssl_password",
+}
 #: A sink's row encoder: row -> (scope, event time or None, message key, value); it raises
 #: RowError naming the column. It is pickled to the executors with the writer.
 Encode = Callable[[Row], tuple[str, int | None, bytes, bytes]]
@@ -136,8 +147,13 @@ def kafka_target(options: Mapping[str, str], default_topic: str) -> KafkaTarget:
         topic=(options.get("topic") or default_topic).strip(),
         connect_timeout_ms=int_option(options, "connect_timeout_ms", 10_000, 1),
         delivery_timeout_ms=int_option(options, "delivery_timeout_ms", 120_000, 1),
-        security=tuple((_SECURITY[k], v) for k in sorted(_SECURITY) if (v := options.get(k))),
+        security=client_options(options),
     )
+
+
+def client_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The kafka-python arguments set by the :data:`CLIENT_OPTIONS` among ``options``."""
+    return tuple((arg, v) for name, arg in CLIENT_OPTIONS.items() if (v := options.get(name)))
 
 
 def probe(target: KafkaTarget) -> None:

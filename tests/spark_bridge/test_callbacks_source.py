@@ -18,6 +18,7 @@ import pytest
 from purgatory._codec import encode_callback
 from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
 from spark_bridge._callbacks_source import SCHEMA, CallbacksDataSource, _settings, dedupe
+from spark_bridge._writer import kafka_target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -331,3 +332,18 @@ def test_an_unreachable_broker_is_named(source: SparkSession) -> None:
 def test_bad_options_are_named(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         _settings(options)
+
+
+def test_the_source_takes_the_sinks_kafka_client_options() -> None:
+    options = {
+        "bootstrap_servers": "h:1", "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+        "sasl_username": "u", "sasl_password": "p", "ssl_cafile": "/ca.pem",
+        "ssl_check_hostname": "false",
+    }  # fmt: skip
+    assert dict(_settings(options).client) == dict(kafka_target(options, "t").security) | {
+        "ssl_check_hostname": False
+    }
+    assert dict(kafka_target(options, "t").security) == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "u", "sasl_plain_password": "p", "ssl_cafile": "/ca.pem",
+    }  # fmt: skip
