@@ -28,6 +28,7 @@ __all__ = [
     "gc_paused",
     "gc_running_on_new_objects",
     "machine_info",
+    "quiet_kafka_warnings",
     "timed",
 ]
 
@@ -148,3 +149,14 @@ def machine_info() -> dict[str, str | int]:
         "platform": platform.platform(),
         "executable_bits": 64 if sys.maxsize > 2**32 else 32,
     }
+
+
+@contextmanager
+def quiet_kafka_warnings() -> Iterator[None]:
+    """Silence the deprecation warnings kafka-python's protocol loading prints."""
+    import warnings  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        for message in ("read_text is deprecated", "open_text is deprecated"):
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        yield

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -53,7 +53,7 @@ import httpx
 from purgatory._codec import SignalRecord, encode_signal
 from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._settings import Settings, env_name
-from tests.benchmarks._measure import machine_info
+from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
 __all__ = [
     "FULL",
@@ -1246,16 +1246,6 @@ def write_json(report: ServiceReport, path: Path, command: str) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-@contextlib.contextmanager
-def _quiet_kafka_warnings() -> Iterator[None]:
-    import warnings  # noqa: PLC0415
-
-    with warnings.catch_warnings():
-        for message in ("read_text is deprecated", "open_text is deprecated"):
-            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
-        yield
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tests.benchmarks.bench_service [--quick] [--out DIR]``."""
     parser = argparse.ArgumentParser(
@@ -1271,7 +1261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"... {message}", file=sys.stderr, flush=True)
 
-    with _quiet_kafka_warnings():
+    with quiet_kafka_warnings():
         report = run_service_benchmarks(QUICK if args.quick else FULL, progress=progress)
     print(render(report, command))
     out = args.out / "bench-service.json"

@@ -61,7 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +76,7 @@ from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._pipeline import service_process
 from spark_bridge import local_session
 from spark_bridge._callbacks_source import _FETCH_WAIT_MS, _POLL_MS, _probe_ends, _settings
-from tests.benchmarks._measure import machine_info
+from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -1028,16 +1028,6 @@ def write_json(report: SparkReport, path: Path, command: str) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-@contextlib.contextmanager
-def _quiet_kafka_warnings() -> Iterator[None]:
-    import warnings  # noqa: PLC0415
-
-    with warnings.catch_warnings():
-        for message in ("read_text is deprecated", "open_text is deprecated"):
-            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
-        yield
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tests.benchmarks.bench_spark [--rows N] [--callbacks M] [--ops K] ...``."""
     parser = argparse.ArgumentParser(
@@ -1071,7 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"... {message}", file=sys.stderr, flush=True)
 
-    with _quiet_kafka_warnings():
+    with quiet_kafka_warnings():
         report = run_spark_benchmarks(config, progress=progress)
     print(render(report, command))
     out = args.out / "bench-spark.json"
