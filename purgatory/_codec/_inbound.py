@@ -161,7 +161,10 @@ def decode_request(data: bytes | Mapping[str, object], limits: Limits = DEFAULT_
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
     obj = parse_object(data, limits.max_record_bytes)
-    kind = envelope(obj, _REQUEST_TYPES)
+    return _request(obj, envelope(obj, _REQUEST_TYPES), limits)
+
+
+def _request(obj: Mapping[str, object], kind: str, limits: Limits) -> Request:
     op_id = _bounded("op_id", _required(obj, "op_id"), limits.max_op_id_bytes)
     scope = _bounded("scope", _required(obj, "scope"), limits.max_scope_bytes)
     if kind == "cancel":
@@ -196,10 +199,10 @@ def decode_requests_record(
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
     obj = parse_object(data, limits.max_record_bytes)
-    if envelope(obj, _REQUESTS_TOPIC_TYPES) == "watermark":
-        scope = _bounded("scope", _required(obj, "scope"), limits.max_scope_bytes)
-        return WatermarkRecord(scope, _required(obj, "watermark_ms"))  # type: ignore[arg-type]
-    return decode_request(obj, limits)
+    kind = envelope(obj, _REQUESTS_TOPIC_TYPES)
+    if kind == "watermark":
+        return _watermark(obj, limits)
+    return _request(obj, kind, limits)
 
 
 def decode_signal(
@@ -218,16 +221,19 @@ def decode_signal(
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
     obj = parse_object(data, limits.max_record_bytes)
-    kind = envelope(obj, _SIGNAL_TYPES)
-    scope = _bounded("scope", _required(obj, "scope"), limits.max_scope_bytes)
-    if kind == "watermark":
-        return WatermarkRecord(scope, _required(obj, "watermark_ms"))  # type: ignore[arg-type]
+    if envelope(obj, _SIGNAL_TYPES) == "watermark":
+        return _watermark(obj, limits)
     return SignalRecord(
-        scope=scope,
+        scope=_bounded("scope", _required(obj, "scope"), limits.max_scope_bytes),
         key=_bounded("key", _required(obj, "key"), limits.max_key_bytes),
         event_time_ms=obj.get("event_time_ms"),  # type: ignore[arg-type]
         payload=payload_text("payload", obj.get("payload"), limits.max_payload_bytes),
     )
+
+
+def _watermark(obj: Mapping[str, object], limits: Limits) -> WatermarkRecord:
+    scope = _bounded("scope", _required(obj, "scope"), limits.max_scope_bytes)
+    return WatermarkRecord(scope, _required(obj, "watermark_ms"))  # type: ignore[arg-type]
 
 
 def encode_request(record: Request) -> bytes:
