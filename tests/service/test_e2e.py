@@ -313,6 +313,34 @@ async def test_event_time_expiry_and_timer_rearm_over_kafka(kafka_broker: Embedd
     assert session["deadline_ms"] - session["registered_ms"] >= 800  # the re-arm moved it
 
 
+async def test_an_in_band_watermark_follows_the_re_arms_before_it(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    """On the requests topic, a watermark applies after the registrations written before it."""
+
+    def timer(op_id: str, deadline_ms: int) -> bytes:
+        return register(
+            op_id, "inband", (), deadline_ms=deadline_ms, time_domain=TimeDomain.EVENT_TIME
+        )
+
+    async with service(kafka_broker) as (settings, client):
+        req = settings.topic_requests
+        await produce(
+            kafka_broker,
+            [
+                (req, b"inband", timer("session/a", 1_000)),
+                (req, b"inband", timer("session/b", 1_000)),
+                (req, b"inband", timer("session/a", 5_000)),  # a was active again: re-armed
+                (req, b"inband", encode_signal(WatermarkRecord("inband", 2_000))),
+            ],
+        )
+        callbacks = await consume(kafka_broker, settings.topic_callbacks, 1)
+        assert (await client.get("inband", "session/a"))["status"] == "pending"
+    assert [(c["op_id"], c["outcome"], c["deadline_ms"]) for c in callbacks] == [
+        ("session/b", "expired", 1_000)
+    ]
+
+
 async def test_garbage_goes_to_dead_letters_and_the_consumer_goes_on(
     kafka_broker: EmbeddedBroker,
 ) -> None:
