@@ -41,6 +41,10 @@ Options (all strings, names case-insensitive; an unknown option is an error that
   streaming query ignores it and resumes from its checkpoint;
 * ``on_malformed``: ``fail`` (default: the read fails with an error naming the topic, partition
   and offset) or ``skip`` (undecodable records and tombstones are dropped);
+* ``max_records_per_trigger``: at most this many records per micro-batch (streaming), shared
+  between the partitions in proportion to what each has waiting, so a backlog (say, after the
+  reader was down) is read in bounded micro-batches instead of one huge one; unset: no limit.
+  Spark ignores it when a trigger asks for everything (``Trigger.Once``);
 * ``connect_timeout_ms`` (default 10000: how long to wait for a broker to answer before the
   read fails naming ``bootstrap_servers``), ``probe_timeout_ms`` (default 10000),
   ``read_timeout_ms`` (default 60000: how long a read may go without receiving a record before
@@ -68,7 +72,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -86,7 +95,7 @@ from spark_bridge._writer import CLIENT_OPTIONS, client_options, int_option
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["SCHEMA", "CallbacksDataSource", "dedupe"]
+__all__ = ["SCHEMA", "CallbacksDataSource", "cap_offsets", "dedupe"]
 
 #: The rows of ``purgatory-callbacks``: the callback record's fields in the format's order
 #: (``signals`` as JSON object text, ``payload`` as JSON text or null), then where it was read.
@@ -123,6 +132,7 @@ _OPTIONS = frozenset(
         "connect_timeout_ms",
         "probe_timeout_ms",
         "read_timeout_ms",
+        "max_records_per_trigger",
         "ssl_check_hostname",
         *CLIENT_OPTIONS,
     )
@@ -147,6 +157,7 @@ class _Settings:
     connect_timeout_ms: int
     probe_timeout_ms: int
     read_timeout_ms: int
+    max_records_per_trigger: int | None
     client: tuple[tuple[str, str | bool], ...]
 
 
@@ -215,6 +226,11 @@ def _settings(options: Mapping[str, str]) -> _Settings:
         connect_timeout_ms=int_option(options, "connect_timeout_ms", 10_000, 1),
         probe_timeout_ms=int_option(options, "probe_timeout_ms", 10_000, 1),
         read_timeout_ms=int_option(options, "read_timeout_ms", 60_000, 1),
+        max_records_per_trigger=(
+            int_option(options, "max_records_per_trigger", 0, 1)
+            if "max_records_per_trigger" in options
+            else None
+        ),
         client=tuple(client),
     )
 
@@ -333,6 +349,28 @@ def _ranges(start: Mapping[str, int], end: Mapping[str, int]) -> list[_Range]:
     ]
 
 
+def cap_offsets(start: Mapping[str, int], ends: Mapping[str, int], most: int) -> dict[str, int]:
+    """``ends`` cut so that at most ``most`` records lie between ``start`` and them.
+
+    Each partition gets a share proportional to what it has waiting (rounded down), and what
+    rounding leaves goes one record at a time to the partitions in order, so the cut is
+    deterministic, never passes a partition's end, and reads ``min(most, waiting)`` records.
+    """
+    waiting = {p: max(0, end - start.get(p, 0)) for p, end in ends.items()}
+    total = sum(waiting.values())
+    if total <= most:
+        return dict(ends)
+    share = {p: n * most // total for p, n in waiting.items()}
+    left = most - sum(share.values())
+    for p in sorted(waiting, key=int):
+        if left == 0:
+            break
+        if share[p] < waiting[p]:
+            share[p] += 1
+            left -= 1
+    return {p: start.get(p, 0) + share[p] if waiting[p] else end for p, end in ends.items()}
+
+
 def _signals_text(signals: Mapping[str, str | None]) -> str:
     # The values are canonical JSON texts already: splice them in, never re-parse them.
     body = ",".join(
@@ -440,19 +478,31 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
         return _initial(self._settings)
 
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        """``ReadMaxRows(max_records_per_trigger)`` when the option is set."""
+        most = self._settings.max_records_per_trigger
+        return ReadAllAvailable() if most is None else ReadMaxRows(most)
+
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
-        """The probed ends (never below ``start``); under AvailableNow, the run's fixed target."""
-        del limit  # getDefaultReadLimit is ReadAllAvailable: nothing else is ever passed
+        """The probed ends (never below ``start``; under AvailableNow, the run's fixed target),
+        cut to ``limit`` records when Spark passes a ``ReadMaxRows``."""
         if self._target is not None:
-            return {p: max(start.get(p, 0), end) for p, end in self._target.items()}
-        floors = dict(self._known)
-        for p, offset in start.items():
-            floors[p] = max(floors.get(p, 0), offset)
-        ends = _probe_ends(self._settings, floors)
-        self._known = ends
-        if self._available_now:
-            self._target = ends
+            ends = {p: max(start.get(p, 0), end) for p, end in self._target.items()}
+        else:
+            floors = dict(self._known)
+            for p, offset in start.items():
+                floors[p] = max(floors.get(p, 0), offset)
+            ends = _probe_ends(self._settings, floors)
+            self._known = ends
+            if self._available_now:
+                self._target = ends
+        if isinstance(limit, ReadMaxRows):
+            return cap_offsets(start, ends, limit.max_rows)
         return ends
+
+    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802 - Spark's name
+        """The ends of the last probe, for the query's progress reports."""
+        return dict(self._known) or None
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         # The target is the first probe's answer: the probe needs the run's start offsets

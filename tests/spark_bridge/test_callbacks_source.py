@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from purgatory._codec import encode_callback
 from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
-from spark_bridge._callbacks_source import SCHEMA, CallbacksDataSource, _settings, dedupe
+from spark_bridge._callbacks_source import (
+    SCHEMA,
+    CallbacksDataSource,
+    _settings,
+    cap_offsets,
+    dedupe,
+)
 from spark_bridge._writer import kafka_target
 
 if TYPE_CHECKING:
@@ -127,11 +135,14 @@ def _read(spark: SparkSession, broker: EmbeddedBroker, topic: str, **options: st
     return reader.load()
 
 
-def _read_stream(spark: SparkSession, broker: EmbeddedBroker, topic: str) -> DataFrame:
+def _read_stream(
+    spark: SparkSession, broker: EmbeddedBroker, topic: str, **options: str
+) -> DataFrame:
     return (
         spark.readStream.format(_FORMAT)
         .option("bootstrap_servers", broker.bootstrap_servers)
         .option("topic", topic)
+        .options(**options)
         .load()
     )
 
@@ -326,6 +337,7 @@ def test_an_unreachable_broker_is_named(source: SparkSession) -> None:
         ({"bootstrap_servers": "h:1", "starting_offsets": "middle"}, "starting_offsets"),
         ({"bootstrap_servers": "h:1", "on_malformed": "ignore"}, "on_malformed"),
         ({"bootstrap_servers": "h:1", "read_timeout_ms": "0"}, "read_timeout_ms"),
+        ({"bootstrap_servers": "h:1", "max_records_per_trigger": "0"}, "max_records_per_trigger"),
         ({"bootstrap_servers": "h:1", "scope": " , "}, "scope"),
     ],
 )
@@ -347,3 +359,42 @@ def test_the_source_takes_the_sinks_kafka_client_options() -> None:
         "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
         "sasl_plain_username": "u", "sasl_plain_password": "p", "ssl_cafile": "/ca.pem",
     }  # fmt: skip
+
+
+@given(
+    st.dictionaries(st.sampled_from(["0", "1", "2", "3"]), st.integers(0, 1_000), min_size=1),
+    st.lists(st.integers(0, 500), min_size=4, max_size=4),
+    st.integers(1, 2_000),
+)
+def test_a_cap_reads_at_most_the_limit_without_passing_an_end(
+    start: dict[str, int], backlog: list[int], most: int
+) -> None:
+    ends = {p: offset + backlog[int(p)] for p, offset in start.items()}
+    capped = cap_offsets(start, ends, most)
+    assert capped.keys() == ends.keys()
+    assert all(start[p] <= capped[p] <= ends[p] for p in ends)
+    waiting = sum(ends[p] - start[p] for p in ends)
+    assert sum(capped[p] - start[p] for p in ends) == min(most, waiting)
+    assert cap_offsets(start, ends, most) == capped  # deterministic
+
+
+def test_max_records_per_trigger_reads_a_backlog_in_bounded_micro_batches(
+    source: SparkSession, kafka_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = _topic(kafka_broker)
+    outcomes = [_outcome(i, "s") for i in range(250)]
+    _produce(kafka_broker, topic, _callbacks(outcomes))
+    query = (
+        _read_stream(source, kafka_broker, topic, max_records_per_trigger="100")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "data"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sizes == [100, 100, 50]
+    rows = _written(source, tmp_path)
+    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in outcomes)
