@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from purgatory._core import ConfigError
 from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._settings import Settings
 
-__all__ = ["run_pipeline", "service_process"]
+__all__ = ["ServiceChild", "run_pipeline", "service_process"]
 
 _PARTITIONS = 2
 _READY_TIMEOUT_S = 60.0
@@ -47,26 +48,42 @@ def _free_port() -> int:
         return port
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceChild:
+    """A running ``purgatory serve`` child: its API's URL and its process id."""
+
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
 def service_process(
-    bootstrap_servers: str, log_path: Path, env: Mapping[str, str] | None = None
-) -> Iterator[str]:
-    """``purgatory serve`` as a child process; yields its URL once it is ready.
+    bootstrap_servers: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    partitions: int = _PARTITIONS,
+) -> Iterator[ServiceChild]:
+    """``purgatory serve`` as a child process, ready; SIGTERM (then a kill) on leaving.
+
+    The child sees this process's environment without its ``PURGATORY_*`` variables, then
+    ``env``, then the broker, the loopback port and the static partitions set here.
 
     Args:
         bootstrap_servers: the broker.
         log_path: where the service's output goes.
         env: more ``PURGATORY_*`` settings (topic names, ...).
+        partitions: the child owns partitions ``0 .. partitions - 1`` (static assignment).
 
     Raises:
         ConfigError: the service exited, or was not ready within 60 s (with its log's tail).
     """
     port = _free_port()
-    env = {
-        **os.environ,
+    child_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")},
         **(env or {}),
         "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
-        "PURGATORY_KAFKA_STATIC_PARTITIONS": ",".join(str(p) for p in range(_PARTITIONS)),
+        "PURGATORY_KAFKA_STATIC_PARTITIONS": ",".join(str(p) for p in range(partitions)),
         "PURGATORY_HTTP_HOST": "127.0.0.1",
         "PURGATORY_HTTP_PORT": str(port),
     }
@@ -74,13 +91,14 @@ def service_process(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "purgatory.service._cli", "serve"],
-            env=env,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
             _wait_ready(proc, url, log_path)
-            yield url
+            yield ServiceChild(url, proc.pid)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -147,7 +165,8 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
             }
         )
         show(f"broker: Tansu at {broker.bootstrap_servers}")
-        with service_process(broker.bootstrap_servers, work / "service.log") as url:
+        with service_process(broker.bootstrap_servers, work / "service.log") as child:
+            url = child.url
             show(f"service: {url} (log {work / 'service.log'})")
             spark = local_session(app_name="purgatory-demo")
             show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")

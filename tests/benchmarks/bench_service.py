@@ -35,8 +35,6 @@ import json
 import math
 import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +50,7 @@ import httpx
 
 from purgatory._codec import SignalRecord, encode_signal
 from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._pipeline import service_process
 from purgatory.service._settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
@@ -87,8 +86,6 @@ _LONG_TIMEOUT_MS = 3_600_000  # registered operations never expire during a run
 _WARMUP_OPS = 200
 _WARMUP_SCOPE = "warmup"
 _WARMUP_KEY = b"warmup0"  # the warm-up operations' scope, and so their records' key
-_READY_TIMEOUT_S = 60.0
-_STOP_TIMEOUT_S = 30.0
 _SETTLE_S = 0.5  # extra reading after the last expected callback, to catch duplicates
 _HTTP_TIMEOUT_S = 300.0
 _MIB = 1 << 20
@@ -162,21 +159,13 @@ def process_rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def _free_port() -> int:
-    import socket  # noqa: PLC0415 (only here)
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class ServiceProcess:
     """The service as a child process on ``broker``, with topics of its own; a context manager.
 
-    Entering creates the topics, starts ``python -m purgatory.service._cli serve`` and waits
-    (bounded) until ``/readyz`` answers 200; leaving sends SIGTERM and waits for the exit
-    (killing it if it does not stop in time).
+    Entering creates the topics and starts the service with
+    :func:`purgatory.service._pipeline.service_process` (``purgatory serve``, ready once
+    ``/readyz`` answers 200); leaving sends SIGTERM and waits for the exit (killing it if it
+    does not stop in time).
     """
 
     def __init__(self, broker: EmbeddedBroker, *, partitions: int, log_dir: Path) -> None:
@@ -187,19 +176,18 @@ class ServiceProcess:
             {},
             kafka_bootstrap_servers=broker.bootstrap_servers,
             kafka_group_id=f"{prefix}-group",
-            kafka_static_partitions=tuple(range(partitions)),
             topic_requests=f"{prefix}.requests",
             topic_signals=f"{prefix}.signals",
             topic_callbacks=f"{prefix}.callbacks",
             topic_dead_letters=f"{prefix}.dead-letters",
             topic_changelog=f"{prefix}.changelog",
             topic_partitions=partitions,
-            http_port=_free_port(),
             log_level="warning",
         )
-        self.url = f"http://127.0.0.1:{self.settings.http_port}"
+        self.url = ""  # known once started (service_process picks a free port)
         self.log_path = log_dir / f"service-{prefix}.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._pid: int | None = None
 
     @property
     def pid(self) -> int:
@@ -208,16 +196,14 @@ class ServiceProcess:
         Raises:
             RuntimeError: it is not running.
         """
-        if self._process is None:
+        if self._pid is None:
             raise RuntimeError("the service is not running")
-        return self._process.pid
+        return self._pid
 
     def environment(self) -> dict[str, str]:
-        """The child's environment: this one without ``PURGATORY_*``, plus the settings."""
+        """The child's settings, as ``PURGATORY_*`` variables (its topics, group, log level)."""
         s = self.settings
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
         names = (
-            "kafka_bootstrap_servers",
             "kafka_group_id",
             "topic_requests",
             "topic_signals",
@@ -225,10 +211,8 @@ class ServiceProcess:
             "topic_dead_letters",
             "topic_changelog",
             "topic_partitions",
-            "http_port",
         )
-        env.update({env_name(name): str(getattr(s, name)) for name in names})
-        env[env_name("kafka_static_partitions")] = ",".join(map(str, range(self.partitions)))
+        env = {env_name(name): str(getattr(s, name)) for name in names}
         env[env_name("log_level")] = "warning"
         return env
 
@@ -236,7 +220,7 @@ class ServiceProcess:
         """Create the topics, start the service, wait until it is ready.
 
         Raises:
-            RuntimeError: the service exited or was not ready in time (with its log's tail).
+            ConfigError: the service exited or was not ready in time (with its log's tail).
         """
         s = self.settings
         topics = (
@@ -247,46 +231,23 @@ class ServiceProcess:
             s.topic_changelog,
         )
         self.broker.create_topics({t: self.partitions for t in topics})
-        log = self.log_path.open("wb")
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "purgatory.service._cli", "serve"],
-                env=self.environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+        self._stack = contextlib.ExitStack()
+        child = self._stack.enter_context(
+            service_process(
+                self.broker.bootstrap_servers,
+                self.log_path,
+                self.environment(),
+                partitions=self.partitions,
             )
-        finally:
-            log.close()
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        assert self._process is not None
-        end = time.perf_counter() + _READY_TIMEOUT_S
-        with httpx.Client(base_url=self.url, timeout=2.0) as http:
-            while time.perf_counter() < end:
-                if self._process.poll() is not None:
-                    raise RuntimeError(
-                        f"the service exited with {self._process.returncode}: {self.log_tail()}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if http.get("/readyz").status_code == 200:
-                        return
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"the service was not ready in {_READY_TIMEOUT_S} s: {self.log_tail()}")
+        )
+        self.url, self._pid = child.url, child.pid
 
     def stop(self) -> None:
         """SIGTERM, wait, kill if needed; idempotent."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(_STOP_TIMEOUT_S)
+        stack, self._stack = self._stack, None
+        self._pid = None
+        if stack is not None:
+            stack.close()
 
     def log_tail(self) -> str:
         """The end of the service's output."""

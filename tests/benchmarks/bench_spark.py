@@ -849,7 +849,8 @@ def bench_latency(
               "callbacks": names["PURGATORY_TOPIC_CALLBACKS"]}  # fmt: skip
     servers = broker.bootstrap_servers
     say("latency: starting the service")
-    with service_process(servers, work / "service.log", env) as url:
+    with service_process(servers, work / "service.log", env) as child:
+        url = child.url
         waits = (_FETCH_MAX_WAIT_MS, 20)
         for scope in ("spark", *(f"kafka{wait}" for wait in waits)):
             _register(url, f"warm-{scope}", _WARMUP_OPS, "w")

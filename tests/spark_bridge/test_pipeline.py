@@ -60,9 +60,9 @@ def service(
     }
     kafka_broker.create_topics({topic: 2 for name, topic in names.items() if "TOPIC" in name})
     log = tmp_path_factory.mktemp("service") / "service.log"
-    with service_process(kafka_broker.bootstrap_servers, log, names) as url:
+    with service_process(kafka_broker.bootstrap_servers, log, names) as child:
         yield Service(
-            url,
+            child.url,
             kafka_broker.bootstrap_servers,
             names["PURGATORY_TOPIC_REQUESTS"],
             names["PURGATORY_TOPIC_SIGNALS"],
