@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import structlog
 import trio
 
+from purgatory._core._timer import TimerTask
 from purgatory._core._validate import check_ms, check_positive_int
 from reaper._clock import Clock
 
@@ -134,6 +135,15 @@ class CompletionExecutor:
             raise trio.BrokenResourceError(_STOPPED) from None
         self._submitted += len(items)
         self._queued += len(items)
+
+    async def submit_tasks(self, tasks: Sequence[TimerTask]) -> None:
+        """Queue the ``run`` of each expired task, due at its deadline (the reaper's hand-off).
+
+        Raises:
+            trio.ClosedResourceError: if the executor was closed (even while this call waited).
+            trio.BrokenResourceError: if :meth:`run` ended without a close (it was cancelled).
+        """
+        await self.submit_batch([(task.run, task.deadline_ms) for task in tasks])
 
     def submit_nowait(self, fn: Work, *, due_ms: int) -> None:
         """Queue ``fn`` if the channel has room.

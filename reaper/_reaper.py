@@ -5,10 +5,12 @@ Theory of operation
 Kafka's reaper polls its delay queue every 200 ms; here 200 ms (``max_sleep_ms``) is only the
 upper bound of a sleep, not a tick. Each round the reaper asks its source when the next bucket
 expires, sleeps until then (or ``max_sleep_ms``, whichever is sooner), reads the clock once,
-advances the source to that time and hands every expired task's ``run`` to the
-:class:`~reaper.CompletionExecutor`, with the task's deadline as the time the work was due. It
-never runs a task itself, so a slow expiration or callback can delay other callbacks (visible in
-the executor's lag and queue depth) but never the wheel.
+advances the source to that time and hands what it returned on: a ``Timer``'s expired tasks
+(their ``run``) to the :class:`~reaper.CompletionExecutor`, with each task's deadline as the time
+the work was due; or, when the reaper is given a ``hand_off`` coroutine instead, the list itself
+(the engine's ``expired`` outcomes, which the service's outbox delivers). It never runs a
+callback itself, so a slow callback can delay other callbacks (visible in the executor's lag and
+queue depth) but never the wheel.
 
 The sleep sits inside a ``trio.CancelScope`` whose deadline :meth:`Reaper.wake_if_earlier`
 lowers when a task that just registered an operation needs an earlier wake-up; trio honours a
@@ -35,12 +37,12 @@ time  effect
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
-from purgatory._core import TimerTask
 from purgatory._core._validate import check_positive_int
 from reaper._clock import Clock
 from reaper._executor import CompletionExecutor
@@ -51,10 +53,10 @@ _MAX_SLEEP_LIMIT_MS = 24 * 3600 * 1000
 
 
 class Expirable(Protocol):
-    """What the reaper advances: a ``Timer``, or a purgatory that exposes its timer's schedule."""
+    """What the reaper advances: a ``Timer``, a purgatory, or anything with a schedule."""
 
-    def advance_clock(self, now_ms: int) -> list[TimerTask]:
-        """Move to ``now_ms`` and return the tasks that became due, in deadline order."""
+    def advance_clock(self, now_ms: int) -> list[Any]:
+        """Move to ``now_ms`` and return what became due (tasks, or decided outcomes)."""
         ...
 
     def next_expiration_ms(self) -> int | None:
@@ -90,7 +92,8 @@ class Reaper:
 
     Args:
         source: what to advance (a ``Timer``, or a purgatory with ``next_expiration_ms``).
-        executor: where expired tasks' ``run`` is sent.
+        executor: where expired tasks' ``run`` is sent; or a coroutine function that takes
+            the list each advance returned (back-pressure: the reaper waits for it).
         clock: the clock that tells the time and converts it for trio's sleeps.
         max_sleep_ms: the longest the reaper sleeps without re-reading the clock.
 
@@ -102,14 +105,16 @@ class Reaper:
     def __init__(
         self,
         source: Expirable,
-        executor: CompletionExecutor,
+        executor: CompletionExecutor | Callable[[list[Any]], Awaitable[None]],
         clock: Clock,
         *,
         max_sleep_ms: int = 200,
     ) -> None:
         check_positive_int("max_sleep_ms", max_sleep_ms, maximum=_MAX_SLEEP_LIMIT_MS)
         self._source = source
-        self._executor = executor
+        self._hand_off = (
+            executor.submit_tasks if isinstance(executor, CompletionExecutor) else executor
+        )
         self._clock = clock
         self._max_sleep_ms = max_sleep_ms
         self._started = False
@@ -201,8 +206,8 @@ class Reaper:
                 self._max_lateness_ms = max(self._max_lateness_ms, self._last_lateness_ms)
             found_nothing_due = not expired
             if expired:
-                # One channel send per advance; the executor still runs them one at a time.
-                await self._executor.submit_batch([(t.run, t.deadline_ms) for t in expired])
+                # One hand-off per advance; the executor still runs them one at a time.
+                await self._hand_off(expired)
                 self._handed_off += len(expired)
 
     def statistics(self) -> ReaperStatistics:

@@ -180,7 +180,8 @@ def encode_dead_letter(
     Args:
         reason: what was wrong (for a RecordError, its message).
         field: the offending field, or None.
-        topic, partition, offset: where the record was read.
+        topic, partition, offset: where the record was read; for an outbound record the broker
+            refused (a callback), the topic it was for and -1 for partition and offset.
         timestamp_ms: the record's timestamp; None (or Kafka's -1) when it has none.
         key, value: the original bytes; None for a null key or value (a tombstone).
         max_value_bytes: the value is cut to this many bytes (``value_bytes`` and
@@ -196,8 +197,8 @@ def encode_dead_letter(
     if not isinstance(topic, str) or not topic:
         raise UsageError(f"topic must be a non-empty str, got {topic!r}")
     for name, number in (("partition", partition), ("offset", offset)):
-        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise UsageError(f"{name} must be an int >= 0, got {number!r}")
+        if isinstance(number, bool) or not isinstance(number, int) or number < -1:
+            raise UsageError(f"{name} must be an int >= -1, got {number!r}")
     if timestamp_ms is not None:
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
             raise UsageError(f"timestamp_ms must be an int or None, got {timestamp_ms!r}")

@@ -231,6 +231,7 @@ class RegisterRequest:
             time_domain=self.time_domain,
             payload=self.payload,
             reply_to=self.reply_to,
+            timeout_ms=None if self.deadline_ms is not None else self.timeout_ms,
         )
 
 

@@ -11,6 +11,15 @@ from purgatory._core._engine import (
     LimitError,
     Registration,
     RegistrationStatus,
+    SizeLimitError,
+)
+from purgatory._core._entries import (
+    AdvanceEntry,
+    CancelEntry,
+    JournalEntry,
+    RegisterEntry,
+    SignalEntry,
+    WatermarkEntry,
 )
 from purgatory._core._errors import (
     BadRecordError,
@@ -20,7 +29,7 @@ from purgatory._core._errors import (
     TransportError,
     UsageError,
 )
-from purgatory._core._journal import JournalRecorder, encode_entry, replay_journal
+from purgatory._core._journal import JournalRecorder, decode_entry, encode_entry, replay_journal
 from purgatory._core._key_groups import (
     MAX_KEY_GROUPS,
     java_string_hash,
@@ -72,7 +81,9 @@ __all__ = [
     "MAX_KEY_GROUPS",
     "MAX_TIME_MS",
     "SNAPSHOT_VERSION",
+    "AdvanceEntry",
     "BadRecordError",
+    "CancelEntry",
     "CleanupStrategy",
     "Condition",
     "ConfigError",
@@ -84,6 +95,7 @@ __all__ = [
     "EngineStatistics",
     "FiredTimer",
     "InvariantError",
+    "JournalEntry",
     "JournalRecorder",
     "KeyedTimers",
     "KeyedTimersStatistics",
@@ -93,9 +105,12 @@ __all__ = [
     "OutcomeKind",
     "PurgatoryError",
     "PurgatoryStatistics",
+    "RegisterEntry",
     "Registration",
     "RegistrationStatus",
+    "SignalEntry",
     "SignalFact",
+    "SizeLimitError",
     "StateVisibility",
     "TimeDomain",
     "Timer",
@@ -108,6 +123,8 @@ __all__ = [
     "TtlStatistics",
     "UpdateType",
     "UsageError",
+    "WatermarkEntry",
+    "decode_entry",
     "encode_entry",
     "java_string_hash",
     "key_group_for",

@@ -14,18 +14,37 @@ Time rules, so that outcomes are right to the millisecond whatever the delivery 
 processing-time operation is expired, not completed, once ``now_ms >= deadline_ms`` even if its
 expiry has not run yet; an event-time one once the scope's watermark reaches its deadline. An
 operation whose deadline already passed when it registers expires at the next step, never inside
-the register call. Outcomes leave through ``emit`` (by default an outbox the shell drains with
-:meth:`Engine.drain_outcomes`) in the order they happen; each carries a sequence number that
-increases across the engine's life, restarts included.
+the register call.
+
+Outcomes are events, h11-style: each call that decides outcomes returns them, in the order they
+happened (:meth:`Engine.register` in its :class:`Registration`, :meth:`Engine.signal` and
+:meth:`Engine.advance_clock` as lists, :meth:`Engine.cancel` as one). An expiry is decided inside
+:meth:`Engine.advance_clock`, so the shell gets an outcome, never a callable that reaches back into
+the engine. Each outcome carries a sequence number that increases across the engine's life,
+restarts included.
+
+A callback carries the payloads of the signals that satisfied its operation, so what an operation
+accumulates is bounded: ``max_signal_bytes_per_operation`` caps the UTF-8 bytes of signal
+payloads one operation's outcome can report. The input that would cross it is refused with a
+:class:`LimitError` naming ``payload`` (a signal) or ``keys`` (a registration whose keys were
+already signalled with too much), and changes nothing; a callback therefore never outgrows the
+record size it was configured for.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
+from purgatory._core._entries import (
+    AdvanceEntry,
+    CancelEntry,
+    JournalEntry,
+    RegisterEntry,
+    SignalEntry,
+    WatermarkEntry,
+)
 from purgatory._core._errors import UsageError
 from purgatory._core._keyed_timers import KeyedTimers, TimeDomain
 from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
@@ -43,6 +62,7 @@ __all__ = [
     "LimitError",
     "Registration",
     "RegistrationStatus",
+    "SizeLimitError",
 ]
 
 _DEADLINE = "deadline"  # the keyed-timer namespace of event-time deadlines
@@ -56,6 +76,18 @@ class ConflictError(UsageError):
 
 class LimitError(UsageError):
     """A configured limit would be exceeded (HTTP 429); nothing was changed."""
+
+
+class SizeLimitError(LimitError):
+    """An input would make a callback carry too many bytes (HTTP 422); nothing was changed.
+
+    Attributes:
+        field: the input's field at fault: ``payload`` (a signal) or ``keys`` (a registration).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 class RegistrationStatus(enum.StrEnum):
@@ -87,6 +119,7 @@ class EngineConfig:
     max_fire_per_step: int = 10_000
     max_pending: int = 10_000_000
     max_pending_per_scope: int = 1_000_000
+    max_signal_bytes_per_operation: int = 524_288
 
     def __post_init__(self) -> None:
         check_positive_int("tick_ms", self.tick_ms, maximum=MAX_TIME_MS)
@@ -98,6 +131,9 @@ class EngineConfig:
         check_positive_int("max_fire_per_step", self.max_fire_per_step)
         check_positive_int("max_pending", self.max_pending, maximum=1 << 40)
         check_positive_int("max_pending_per_scope", self.max_pending_per_scope, maximum=1 << 40)
+        check_positive_int(
+            "max_signal_bytes_per_operation", self.max_signal_bytes_per_operation, maximum=1 << 40
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +192,6 @@ class _Op(DelayedOperation):
         self.engine._finish(self, kind)
 
     def run(self) -> None:
-        journal = self.engine._journal
-        if journal is not None:
-            journal(("expire", self.spec.scope, self.spec.op_id))
         self.expiring = True
         super().run()
 
@@ -169,8 +202,7 @@ class Engine:
     Args:
         config: tuning and limits.
         start_ms: the clock's initial time (epoch ms in the service).
-        emit: called with each outcome as it happens; by default outcomes queue in an outbox.
-        journal: called with each input before it is applied, as a tuple
+        journal: called with each input before it is applied, as a typed entry
             (``purgatory._core._journal`` records and replays them); None records nothing.
     """
 
@@ -179,8 +211,7 @@ class Engine:
         config: EngineConfig | None = None,
         *,
         start_ms: int = 0,
-        emit: Callable[[Outcome], None] | None = None,
-        journal: Callable[[tuple[Any, ...]], None] | None = None,
+        journal: Callable[[JournalEntry], None] | None = None,
     ) -> None:
         self.config = config if config is not None else EngineConfig()
         self._journal = journal
@@ -198,8 +229,7 @@ class Engine:
         )
         self._ops: dict[tuple[str, str], _Op] = {}
         self._pending_by_scope: dict[str, int] = {}
-        self._outbox: list[Outcome] = []
-        self._emit = emit if emit is not None else self._outbox.append
+        self._decided: list[Outcome] = []  # outcomes of the call under way, returned by it
         self._sequence = 0
         self._counts = dict.fromkeys(OutcomeKind, 0)
         self._late = 0
@@ -217,12 +247,12 @@ class Engine:
         if not isinstance(spec, OperationSpec):
             raise UsageError(f"spec must be an OperationSpec, got {type(spec).__name__}")
         if self._journal is not None:
-            self._journal(("register", check_ms("now_ms", now_ms), spec))
+            self._journal(RegisterEntry(check_ms("now_ms", now_ms), spec))
         now = self._tick(now_ms)
         ident = (spec.scope, spec.op_id)
         current = self._ops.get(ident)
         if current is not None:
-            if current.spec == spec:
+            if _same_request(current.spec, spec):
                 return Registration(RegistrationStatus.DUPLICATE)
             if spec.is_timer and current.spec.is_timer and _same_but_deadline(current.spec, spec):
                 self._rearm(current, spec)
@@ -232,13 +262,15 @@ class Engine:
             )
         done = self.finished.get(ident, now_ms=now)
         if done is not None and not (spec.is_timer and done.spec.deadline_ms != spec.deadline_ms):
-            if done.spec == spec:
+            if _same_request(done.spec, spec):
                 return Registration(RegistrationStatus.DUPLICATE, done.outcome)
             raise ConflictError(
                 f"op_id {spec.op_id!r} finished in scope {spec.scope!r} with another body"
             )
         self._check_limits(spec.scope)
+        self._check_signal_bytes(spec)
         op = self._add(spec, registered_ms=now, late=False)
+        self._decided.clear()
         if op.outcome is not None:
             return Registration(RegistrationStatus.COMPLETED, op.outcome)
         return Registration(RegistrationStatus.PENDING)
@@ -251,22 +283,29 @@ class Engine:
         now_ms: int,
         event_time_ms: int | None = None,
         payload: str | None = None,
-    ) -> int:
+    ) -> list[Outcome]:
         """Remember that ``key`` happened in ``scope`` and complete what it satisfies.
 
         Returns:
-            How many operations this signal completed.
+            The outcomes of the operations this signal completed, in sequence order.
+
+        Raises:
+            LimitError: the payload would make an operation watching ``key`` report more than
+                ``max_signal_bytes_per_operation`` bytes of signal payloads; nothing changed.
         """
         if self._journal is not None:
             self._journal(
-                ("signal", check_ms("now_ms", now_ms), scope, key, event_time_ms, payload)
+                SignalEntry(check_ms("now_ms", now_ms), scope, key, event_time_ms, payload)
             )
         fact = SignalFact(self._tick(now_ms), _opt_ms("event_time_ms", event_time_ms), payload)
         ident = (check_text("scope", scope), check_text("key", key))
-        if payload is not None and not isinstance(payload, str):
-            raise UsageError("payload must be a str or None")
+        if payload is not None:
+            if not isinstance(payload, str):
+                raise UsageError("payload must be a str or None")
+            self._check_watchers_signal_bytes(ident, _utf8_len(payload))
         self.signals.put(ident, fact, now_ms=self._now)
-        return self.purgatory.check_and_complete(ident)
+        self.purgatory.check_and_complete(ident)
+        return self._take()
 
     def advance_watermark(self, scope: str, watermark_ms: int) -> bool:
         """Move ``scope``'s event-time watermark forward (a backward one is a no-op).
@@ -274,29 +313,32 @@ class Engine:
         Event-time deadlines it passes expire at the next :meth:`advance_clock`.
         """
         if self._journal is not None:
-            self._journal(("watermark", scope, watermark_ms))
+            self._journal(WatermarkEntry(scope, watermark_ms))
         return self.keyed.advance_watermark(scope, watermark_ms)
 
     def cancel(self, scope: str, op_id: str, *, now_ms: int) -> Outcome | None:
         """Cancel a pending operation. Returns its ``cancelled`` outcome, or None if not pending."""
         if self._journal is not None:
-            self._journal(("cancel", check_ms("now_ms", now_ms), scope, op_id))
+            self._journal(CancelEntry(check_ms("now_ms", now_ms), scope, op_id))
         self._tick(now_ms)
         op = self._ops.get((scope, op_id))
         if op is None or not op.cancel_operation():
             return None
-        return self._finish(op, OutcomeKind.CANCELLED)
+        outcome = self._finish(op, OutcomeKind.CANCELLED)
+        self._decided.clear()
+        return outcome
 
     # -- the clock -----------------------------------------------------------------------------
 
-    def advance_clock(self, now_ms: int) -> list[TimerTask]:
-        """Move the clock; return the operations to expire (the executor calls ``run()``).
+    def advance_clock(self, now_ms: int) -> list[Outcome]:
+        """Move the clock and expire what is due; return the ``expired`` outcomes, in order.
 
         Work is bounded by ``max_fire_per_step`` (plus one bucket): overdue operations after a
-        restore come back over several steps, earliest first.
+        restore come back over several steps, earliest first. Call again while
+        :meth:`next_expiration_ms` is at or before ``now_ms`` to catch up.
         """
         if self._journal is not None:
-            self._journal(("advance", check_ms("now_ms", now_ms)))
+            self._journal(AdvanceEntry(check_ms("now_ms", now_ms)))
         now = self._tick(now_ms)
         self.signals.advance_clock(now)
         self.finished.advance_clock(now)
@@ -313,7 +355,9 @@ class Engine:
             op = self._ops.get((fired.scope, fired.key))
             if op is not None and op.spec.deadline_ms == fired.timestamp_ms:
                 due.append(op)
-        return due
+        for task in due:
+            task.run()  # expires it, unless a signal or a cancel finished it first
+        return self._take()
 
     def next_expiration_ms(self) -> int | None:
         """When :meth:`advance_clock` has work next (signal and outcome expiry included)."""
@@ -332,11 +376,6 @@ class Engine:
     def clock_ms(self) -> int:
         """The latest time the engine was told."""
         return self._now
-
-    def drain_outcomes(self) -> list[Outcome]:
-        """Take the outcomes queued in the default outbox."""
-        out, self._outbox[:] = list(self._outbox), []
-        return out
 
     def lookup(self, scope: str, op_id: str) -> tuple[OperationSpec, Outcome | None] | None:
         """The spec and (if finished) the outcome of an operation, or None if unknown."""
@@ -464,8 +503,79 @@ class Engine:
         )
         op.outcome = outcome
         self.finished.put(ident, _Finished(spec, outcome), now_ms=self._now)
-        self._emit(outcome)
+        self._decided.append(outcome)
         return outcome
+
+    def _take(self) -> list[Outcome]:
+        decided = self._decided
+        if not decided:
+            return []
+        self._decided = []
+        return decided
+
+    def _signal_bytes(self, scope: str, keys: tuple[str, ...], skip: str | None) -> int:
+        total = 0
+        get, now = self.signals.get, self._now
+        for key in keys:
+            if key != skip:
+                fact = get((scope, key), now_ms=now)
+                if fact is not None and fact.payload is not None:
+                    total += _utf8_len(fact.payload)
+        return total
+
+    def _check_signal_bytes(self, spec: OperationSpec) -> None:
+        limit = self.config.max_signal_bytes_per_operation
+        if spec.keys and self._signal_bytes(spec.scope, spec.keys, None) > limit:
+            raise SizeLimitError(
+                "keys",
+                f"the signals already received for these keys carry more than "
+                f"max_signal_bytes_per_operation ({limit}) bytes of payload, more than one "
+                f"callback may report",
+            )
+
+    def _check_watchers_signal_bytes(self, ident: tuple[str, str], size: int) -> None:
+        limit = self.config.max_signal_bytes_per_operation
+        if size > limit:
+            raise SizeLimitError(
+                "payload", f"{size} bytes, over max_signal_bytes_per_operation ({limit})"
+            )
+        watchers = self.purgatory._watchers.get(ident)
+        if not watchers:
+            return
+        scope, key = ident
+        for op in watchers:
+            if op.is_completed or not isinstance(op, _Op):
+                continue
+            spec = op.spec
+            if len(spec.keys) > 1 and self._signal_bytes(scope, spec.keys, key) + size > limit:
+                raise SizeLimitError(
+                    "payload",
+                    f"with this signal, op_id {spec.op_id!r} in scope {scope!r} would report "
+                    f"more than max_signal_bytes_per_operation ({limit}) bytes of signal "
+                    f"payloads, more than one callback may carry",
+                )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _same_request(current: OperationSpec, sent: OperationSpec) -> bool:
+    """Whether ``sent`` repeats the registration of ``current`` as its client sent it.
+
+    A relative ``timeout_ms`` becomes a deadline at arrival, so a retry of the same request
+    arrives with another deadline: it is still the same request. Not for a timer (no keys): a
+    timer re-sent with its ``timeout_ms`` is pushed back to the new arrival plus the timeout,
+    which is how an inactivity timer re-arms.
+    """
+    if current == sent:
+        return True
+    return (
+        not sent.is_timer
+        and sent.timeout_ms is not None
+        and current.timeout_ms == sent.timeout_ms
+        and replace(current, deadline_ms=sent.deadline_ms) == sent
+    )
 
 
 def _same_but_deadline(a: OperationSpec, b: OperationSpec) -> bool:

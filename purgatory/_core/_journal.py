@@ -3,7 +3,7 @@
 The engine is deterministic: told the same inputs at the same milliseconds, it reaches the
 same state and decides the same outcomes with the same sequence numbers. So the inputs are
 enough to rebuild it. An :class:`Engine` built with ``journal=recorder`` calls the recorder
-with every input before applying it:
+with every input, as a typed entry (:mod:`purgatory._core._entries`), before applying it:
 
 ============================================  ==============================================
 entry (JSON array)                            the input
@@ -12,22 +12,21 @@ entry (JSON array)                            the input
 ``["signal", now_ms, scope, key, et, pl]``    :meth:`Engine.signal` (event time, payload)
 ``["watermark", scope, watermark_ms]``        :meth:`Engine.advance_watermark`
 ``["cancel", now_ms, scope, op_id]``          :meth:`Engine.cancel`
-``["advance", now_ms]``                       :meth:`Engine.advance_clock`
-``["expire", scope, op_id]``                  the executor ran that operation's expiry task
+``["advance", now_ms]``                       :meth:`Engine.advance_clock` (and the
+                                              expirations it decides)
 ============================================  ==============================================
 
 ``spec_row`` is the snapshot's row of an :class:`OperationSpec`. :func:`replay_journal` applies
 entries to an engine (a new one, or one restored from a snapshot taken where the entries
 start); inputs the engine refused the first time (a conflict, a limit) are refused again and
-change nothing. Expiry tasks are recorded where the executor *ran* them, not where the clock
-handed them out, so a replay interleaves expirations with the other inputs exactly as they
-happened. Tasks handed out but not run when the journal ends (the process died in between)
-are returned by :func:`replay_journal`, for the caller to run.
+change nothing. Expirations are decided inside ``advance``, so a replay decides them at the same
+points, interleaved with the other inputs exactly as they happened.
 
-Outcomes decided during a replay go to the engine's ``emit``, as they did the first time: the
-caller decides which to deliver again (callbacks are at-least-once; ``(op_id, sequence)``
-identifies a repeat). An outcome's ``late`` flag is the one exception to "the same outcomes":
-after a restore from a snapshot, an operation that was overdue at the snapshot is flagged late.
+:func:`replay_journal` returns the outcomes decided during the replay, in sequence order, as they
+were decided the first time: the caller decides which to deliver again (callbacks are
+at-least-once, and a repeat carries the same identity). An outcome's ``late`` flag is the one
+exception to "the same outcomes": after a restore from a snapshot, an operation that was overdue
+at the snapshot is flagged late.
 """
 
 from __future__ import annotations
@@ -35,22 +34,59 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from purgatory._core._engine import ConflictError, Engine, LimitError
+from purgatory._core._engine import ConflictError, Engine, LimitError, RegistrationStatus
+from purgatory._core._entries import (
+    AdvanceEntry,
+    CancelEntry,
+    JournalEntry,
+    RegisterEntry,
+    SignalEntry,
+    WatermarkEntry,
+)
 from purgatory._core._errors import BadRecordError, UsageError
-from purgatory._core._operation import DelayedOperation
+from purgatory._core._model import Outcome
 from purgatory._core._snapshot import _spec, _spec_row
-from purgatory._core._timer import TimerTask
 
-__all__ = ["JournalRecorder", "encode_entry", "replay_journal"]
+__all__ = ["JournalRecorder", "decode_entry", "encode_entry", "replay_journal"]
 
-_ARITY = {"register": 3, "signal": 6, "watermark": 3, "cancel": 4, "advance": 2, "expire": 3}
+_ARITY = {"register": 3, "signal": 6, "watermark": 3, "cancel": 4, "advance": 2}
 
 
-def encode_entry(entry: tuple[Any, ...]) -> list[Any]:
+def encode_entry(entry: JournalEntry) -> list[Any]:
     """The JSON-able form of one input the engine reported to its journal."""
-    if entry[0] == "register":
-        return ["register", entry[1], _spec_row(entry[2])]
-    return list(entry)
+    if isinstance(entry, RegisterEntry):
+        return ["register", entry.now_ms, _spec_row(entry.spec)]
+    if isinstance(entry, SignalEntry):
+        e = entry
+        return ["signal", e.now_ms, e.scope, e.key, e.event_time_ms, e.payload]
+    if isinstance(entry, WatermarkEntry):
+        return ["watermark", entry.scope, entry.watermark_ms]
+    if isinstance(entry, CancelEntry):
+        return ["cancel", entry.now_ms, entry.scope, entry.op_id]
+    return ["advance", entry.now_ms]
+
+
+def decode_entry(row: list[Any]) -> JournalEntry:
+    """The typed entry of a row written by :func:`encode_entry`.
+
+    Raises:
+        BadRecordError: the row is malformed (the reason in the message).
+    """
+    try:
+        kind = row[0]
+        if _ARITY.get(kind) != len(row):
+            raise ValueError(f"unknown entry or wrong length: {kind!r}")
+        if kind == "register":
+            return RegisterEntry(row[1], _spec(row[2]))
+        if kind == "signal":
+            return SignalEntry(row[1], row[2], row[3], row[4], row[5])
+        if kind == "watermark":
+            return WatermarkEntry(row[1], row[2])
+        if kind == "cancel":
+            return CancelEntry(row[1], row[2], row[3])
+        return AdvanceEntry(row[1])
+    except (KeyError, TypeError, ValueError, IndexError, UsageError) as exc:
+        raise BadRecordError(f"journal entry: {exc} ({row!r:.200})") from exc
 
 
 class JournalRecorder:
@@ -64,15 +100,15 @@ class JournalRecorder:
         self.entries: list[list[Any]] = []
         self._sink = sink
 
-    def __call__(self, entry: tuple[Any, ...]) -> None:
+    def __call__(self, entry: JournalEntry) -> None:
         row = encode_entry(entry)
         self.entries.append(row)
         if self._sink is not None:
             self._sink(row)
 
 
-def replay_journal(engine: Engine, entries: Iterable[list[Any]]) -> list[TimerTask]:
-    """Apply journal entries to ``engine``; returns the expiry tasks handed out but not run.
+def replay_journal(engine: Engine, entries: Iterable[list[Any] | JournalEntry]) -> list[Outcome]:
+    """Apply journal entries (rows or typed) to ``engine``; return the outcomes they decided.
 
     The engine's own journal, if any, does not record the replayed entries.
 
@@ -80,48 +116,42 @@ def replay_journal(engine: Engine, entries: Iterable[list[Any]]) -> list[TimerTa
         BadRecordError: an entry is malformed (its index and the reason in the message).
     """
     saved, engine._journal = engine._journal, None
-    due: dict[tuple[str, str], TimerTask] = {}
+    decided: list[Outcome] = []
     try:
-        for index, row in enumerate(entries):
+        for index, item in enumerate(entries):
             try:
-                _apply(engine, row, due)
+                entry = decode_entry(item) if isinstance(item, list) else item
+                decided.extend(_apply(engine, entry))
             except (ConflictError, LimitError):
                 pass  # refused the first time too: nothing changed then, nothing changes now
             except (KeyError, TypeError, ValueError, IndexError, UsageError) as exc:
-                raise BadRecordError(f"journal entry {index}: {exc} ({row!r:.200})") from exc
+                raise BadRecordError(f"journal entry {index}: {exc} ({item!r:.200})") from exc
+            except BadRecordError as exc:
+                raise BadRecordError(f"journal entry {index}: {exc}") from exc
     finally:
         engine._journal = saved
-    return [task for task in due.values() if not _done(task)]
+    return decided
 
 
-def _done(task: TimerTask) -> bool:
-    return isinstance(task, DelayedOperation) and task.is_done
-
-
-def _apply(engine: Engine, row: list[Any], due: dict[tuple[str, str], TimerTask]) -> None:
-    kind = row[0]
-    if _ARITY.get(kind) != len(row):
-        raise ValueError(f"unknown entry or wrong length: {kind!r}")
-    if kind == "register":
-        engine.register(_spec(row[2]), now_ms=row[1])
-    elif kind == "signal":
-        _, now, scope, key, event_time, payload = row
-        engine.signal(scope, key, now_ms=now, event_time_ms=event_time, payload=payload)
-    elif kind == "watermark":
-        engine.advance_watermark(row[1], row[2])
-    elif kind == "cancel":
-        engine.cancel(row[2], row[3], now_ms=row[1])
-    elif kind == "advance":
-        for handed in engine.advance_clock(row[1]):
-            spec = getattr(handed, "spec", None)
-            if spec is not None:
-                due[(spec.scope, spec.op_id)] = handed
-    else:  # expire
-        ident = (row[1], row[2])
-        task: TimerTask | None = due.pop(ident) if ident in due else None
-        if task is None:
-            # Handed out before the snapshot this replay starts from: the restored engine
-            # holds it as an overdue operation.
-            task = engine._ops.get(ident)
-        if task is not None:
-            task.run()
+def _apply(engine: Engine, entry: JournalEntry) -> list[Outcome]:
+    if isinstance(entry, RegisterEntry):
+        registration = engine.register(entry.spec, now_ms=entry.now_ms)
+        decided = registration.status is RegistrationStatus.COMPLETED
+        return [registration.outcome] if decided and registration.outcome is not None else []
+    if isinstance(entry, SignalEntry):
+        return engine.signal(
+            entry.scope,
+            entry.key,
+            now_ms=entry.now_ms,
+            event_time_ms=entry.event_time_ms,
+            payload=entry.payload,
+        )
+    if isinstance(entry, WatermarkEntry):
+        engine.advance_watermark(entry.scope, entry.watermark_ms)
+        return []
+    if isinstance(entry, CancelEntry):
+        outcome = engine.cancel(entry.scope, entry.op_id, now_ms=entry.now_ms)
+        return [outcome] if outcome is not None else []
+    if isinstance(entry, AdvanceEntry):
+        return engine.advance_clock(entry.now_ms)
+    raise TypeError(f"not a journal entry: {type(entry).__name__}")

@@ -59,6 +59,9 @@ class OperationSpec:
         time_domain: whether ``deadline_ms`` is processing time or event time.
         payload: opaque text (JSON) returned in the callback.
         reply_to: where the callback goes (a topic name), or None for the default.
+        timeout_ms: the relative timeout the client sent, from which ``deadline_ms`` was
+            computed at arrival; None when the client sent ``deadline_ms`` itself. A retry of a
+            request with the same ``timeout_ms`` is the same request, whatever its arrival.
     """
 
     op_id: str
@@ -70,6 +73,7 @@ class OperationSpec:
     time_domain: TimeDomain = TimeDomain.PROCESSING_TIME
     payload: str | None = None
     reply_to: str | None = None
+    timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_text("op_id", self.op_id)
@@ -102,6 +106,8 @@ class OperationSpec:
             raise UsageError("condition must be all for a timer (an operation with no keys)")
         _optional_text("payload", self.payload)
         _optional_text("reply_to", self.reply_to)
+        if self.timeout_ms is not None:
+            check_ms("timeout_ms", self.timeout_ms)
 
     @property
     def needed(self) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 from purgatory._core._engine import Engine, EngineConfig, _Finished
@@ -70,7 +69,6 @@ def restore_engine(
     *,
     now_ms: int,
     config: EngineConfig | None = None,
-    emit: Callable[[Outcome], None] | None = None,
 ) -> Engine:
     """Rebuild an engine from :func:`snapshot_engine` bytes at time ``now_ms``.
 
@@ -79,7 +77,7 @@ def restore_engine(
     """
     doc = _decode(data)
     try:
-        engine = Engine(config, start_ms=max(now_ms, doc["clock_ms"]), emit=emit)
+        engine = Engine(config, start_ms=max(now_ms, doc["clock_ms"]))
         now = engine.clock_ms
         engine._sequence = doc["sequence"]
         for kind in OutcomeKind:
@@ -133,11 +131,12 @@ def _spec_row(spec: OperationSpec) -> list[Any]:
         spec.time_domain.value,
         spec.payload,
         spec.reply_to,
+        spec.timeout_ms,
     ]
 
 
 def _spec(row: list[Any]) -> OperationSpec:
-    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to = row
+    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout = row
     return OperationSpec(
         op_id=op_id,
         scope=scope,
@@ -148,6 +147,7 @@ def _spec(row: list[Any]) -> OperationSpec:
         time_domain=TimeDomain(domain),
         payload=payload,
         reply_to=reply_to,
+        timeout_ms=timeout,
     )
 
 

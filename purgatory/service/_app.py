@@ -1,57 +1,51 @@
-"""The composition root (service layer): one nursery owns every long-running task.
+"""The composition root (service layer): builds the parts and runs them in one nursery.
 
 ::
 
-    Kafka requests/signals --> intake --+                      +--> callbacks topic (or reply_to)
-    HTTP (hypercorn) ------------------+--> ServiceState --> outbox --> executor --> HTTP waiters
-                                       |      (engine)        ^                 +--> metrics, logs
-    reaper: sleeps to the next bucket -+--> advance_clock ----+ (expirations run on the executor)
+    RecordSource --> intake --+                                  +--> callbacks (or reply_to)
+    HTTP (hypercorn) ---------+--> ServiceState ----> Outbox ----+--> dead letters
+    reaper: sleeps to the ----+     (engine:          (executor   +--> acks: metrics, waiters
+      next deadline                  outcomes out)     lane)      +--> offset commits, after acks
 
-Intake applies each consumed record, sends malformed or refused ones to the dead-letter topic
-with the reason and the source offset, waits until those dead letters are acknowledged, and only
-then commits the batch's offsets: a record is never committed before its effect is applied.
+Each part is an object with a name on :class:`Service` (``state``, ``outbox``, ``executor``,
+``reaper``, ``app``), so a test can build the service over any
+:class:`~purgatory.service._transport.Transport` (the in-memory fake included) and drive or
+inspect one part alone.
 
-Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests) follows the design: stop intake
-(Kafka and HTTP), let the executor drain what it holds, flush the producer, exit 0.
+Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
+the reaper); decide every expiration already due; close the outbox and let it send, await the
+acknowledgement of, and commit everything decided before the stop, within
+``shutdown_grace_ms``; then close the producer. A stop that could not deliver everything in time
+raises :class:`~purgatory._core.TransportError` naming how many records were left (the process
+exits 1), never silently.
 """
 
 from __future__ import annotations
 
 import functools
 import signal as signals
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from purgatory._codec import (
-    Limits,
-    RecordError,
-    decode_requests_record,
-    decode_signal,
-    encode_callback,
-    encode_dead_letter,
-)
-from purgatory._core import Engine, Outcome, OutcomeKind, TimeDomain, UsageError
+from purgatory._codec import Limits
+from purgatory._core import Engine, Outcome, TransportError
 from purgatory.service._http import HttpConfig, build_app
-from purgatory.service._kafka import (
-    ConsumedRecord,
-    KafkaClientConfig,
-    KafkaSink,
-    KafkaSource,
-    open_kafka_sink,
-    open_kafka_source,
-)
+from purgatory.service._intake import run_intake
+from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
 from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics
 from purgatory.service._openapi import load_openapi
+from purgatory.service._outbox import Outbox
 from purgatory.service._settings import Settings
 from purgatory.service._state import ServiceState
+from purgatory.service._transport import RecordSink, RecordSource, Transport
 from reaper import Clock, CompletionExecutor, Reaper
 
-__all__ = ["kafka_config", "limits_of", "run_service"]
+__all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
 
 _log = get_logger()
 
@@ -83,82 +77,6 @@ def kafka_config(settings: Settings) -> KafkaClientConfig:
     )
 
 
-async def _intake(
-    source: KafkaSource,
-    state: ServiceState,
-    sink: KafkaSink,
-    settings: Settings,
-    metrics: Metrics,
-) -> None:
-    limits = limits_of(settings)
-    decoders = {
-        settings.topic_requests: decode_requests_record,
-        settings.topic_signals: decode_signal,
-    }
-    async for batch in source.receive:
-        offsets: dict[tuple[str, int], int] = {}
-        dead = 0
-        counts: dict[str, int] = {}
-        for record in batch:
-            offsets[(record.topic, record.partition)] = record.offset + 1
-            counts[record.topic] = counts.get(record.topic, 0) + 1
-            reason = _apply(record, state, decoders[record.topic], limits)
-            if reason is not None:
-                message, field = reason
-                await sink.send(
-                    settings.topic_dead_letters,
-                    record.key,
-                    encode_dead_letter(
-                        reason=message,
-                        field=field,
-                        topic=record.topic,
-                        partition=record.partition,
-                        offset=record.offset,
-                        timestamp_ms=record.timestamp_ms,
-                        key=record.key,
-                        value=record.value,
-                    ),
-                )
-                metrics.dead_lettered(record.topic, "invalid" if field else "refused")
-                dead += 1
-        for topic, count in counts.items():
-            metrics.records_consumed(topic, count)
-        if dead:
-            await sink.flush()  # dead letters are durable before their offsets are committed
-        await source.commit(offsets)
-
-
-def _apply(
-    record: ConsumedRecord,
-    state: ServiceState,
-    decode: Callable[..., object],
-    limits: Limits,
-) -> tuple[str, str | None] | None:
-    """Apply one consumed record; the (reason, field) to dead-letter it with, or None."""
-    try:
-        item = decode(record.value if record.value is not None else b"", limits)
-        scope = getattr(item, "scope", None)
-        if record.key is not None and scope is not None and record.key != scope.encode():
-            return ("key: the message key must be the record's scope", "key")
-        state.apply(item)  # type: ignore[arg-type]
-    except RecordError as exc:
-        return (str(exc), exc.field)
-    except UsageError as exc:  # a conflict, a limit, a deadline out of range
-        _log.warning("record_refused", topic=record.topic, offset=record.offset, error=str(exc))
-        return (str(exc), None)
-    return None
-
-
-async def _pump_outbox(
-    state: ServiceState, executor: CompletionExecutor, deliver: Callable[[Outcome], object]
-) -> None:
-    while True:
-        outcomes = await state.next_outcomes()
-        await executor.submit_batch(
-            [(functools.partial(deliver, o), o.outcome_ms) for o in outcomes]
-        )
-
-
 async def _stop_on_signals(stop: trio.Event) -> None:
     with trio.open_signal_receiver(signals.SIGTERM, signals.SIGINT) as received:
         async for _ in received:
@@ -166,11 +84,200 @@ async def _stop_on_signals(stop: trio.Event) -> None:
             return
 
 
+def topics_of(settings: Settings) -> tuple[str, ...]:
+    """Every topic the service reads or writes (reply_to topics aside)."""
+    return (
+        settings.topic_requests,
+        settings.topic_signals,
+        settings.topic_callbacks,
+        settings.topic_dead_letters,
+        settings.topic_changelog,
+    )
+
+
+def kafka_transport(settings: Settings) -> KafkaTransport:
+    """The kafka-python transport configured by ``settings``."""
+    return KafkaTransport(
+        kafka_config(settings),
+        linger_ms=settings.kafka_linger_ms,
+        max_request_bytes=settings.max_record_bytes + 4096,
+    )
+
+
+@dataclass
+class Service:
+    """The service's parts over one source and one sink, wired; :meth:`run` runs them.
+
+    Args:
+        settings: the configuration.
+        clock: the time source.
+        source: where requests and signals come from.
+        sink: where callbacks and dead letters go.
+    """
+
+    settings: Settings
+    clock: Clock
+    source: RecordSource
+    sink: RecordSink
+    metrics: Metrics = field(default_factory=Metrics)
+    ready: bool = False
+
+    def __post_init__(self) -> None:
+        settings, clock = self.settings, self.clock
+        self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
+        self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
+        self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
+        self.outbox = Outbox(
+            self.sink,
+            self.executor,
+            clock,
+            callbacks_topic=settings.topic_callbacks,
+            dead_letters_topic=settings.topic_dead_letters,
+            max_record_bytes=settings.max_record_bytes,
+            commit=self.source.commit,
+            on_delivered=self._delivered,
+            metrics=self.metrics,
+            reply_to_timeout_ms=settings.reply_to_timeout_ms,
+        )
+        self.state = ServiceState(
+            Engine(settings.to_engine_config(), start_ms=clock.now_ms()),
+            now_ms=clock.now_ms,
+            max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
+            wake=self._wake,
+            wake_now=self._wake_now,
+            metrics=self.metrics,
+            deliver=self.outbox.put,
+        )
+        self.reaper = Reaper(
+            self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
+        )
+        self.metrics.bind(
+            engine_stats=self.state.engine.statistics,
+            executor_stats=self.executor.statistics,
+            reaper_stats=self.reaper.statistics,
+            outbox_stats=self.outbox.statistics,
+            consumer_lag=self.source.lag,
+            ready=self.is_ready,
+        )
+        self.http_config = HttpConfig(
+            limits=limits_of(settings),
+            max_request_bytes=settings.max_request_bytes,
+            max_batch=settings.max_batch,
+            max_wait_ms=settings.max_wait_ms,
+            api_token=settings.api_token,
+            ready=self.is_ready,
+            metrics=self.metrics.render,
+            openapi=load_openapi(),
+            observe=self.metrics.http_request,
+            count_registration=self.metrics.registration,
+        )
+        self.app = build_app(self.state, self.http_config)
+
+    def is_ready(self) -> bool:
+        """Serving, and holding partitions (a group may not have assigned any yet)."""
+        return self.ready and bool(self.source.assignment())
+
+    def _delivered(self, outcome: Outcome) -> None:
+        self.state.delivered(outcome)
+
+    def _wake(self, deadline_ms: int) -> None:
+        self.reaper.wake_if_earlier(deadline_ms)
+
+    def _wake_now(self) -> None:
+        self.reaper.wake()
+
+    async def _room(self, _expired: list[Outcome]) -> None:
+        await self.outbox.wait_for_room()  # the state already queued them
+
+    async def run(
+        self,
+        stop: trio.Event,
+        *,
+        own_signals: bool = False,
+        serve_http: bool = True,
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until ``stop`` (or SIGTERM/SIGINT with ``own_signals``), then shut down.
+
+        ``serve_http=False`` runs everything but the HTTP server (tests of the Kafka path).
+
+        Raises:
+            TransportError: records decided before the stop were not acknowledged within
+                ``shutdown_grace_ms``.
+        """
+        settings = self.settings
+        hypercorn = HypercornConfig()
+        hypercorn.bind = [f"{settings.http_host}:{settings.http_port}"]
+        hypercorn.accesslog = None
+        hypercorn.graceful_timeout = settings.shutdown_grace_ms / 1000
+        http_stopped = trio.Event()
+        outbox_done = trio.Event()
+
+        async def run_outbox(*, task_status: trio.TaskStatus[None]) -> None:
+            try:
+                await self.outbox.run(task_status=task_status)
+            finally:
+                outbox_done.set()
+
+        async with trio.open_nursery() as nursery:
+            if own_signals:
+                nursery.start_soon(_stop_on_signals, stop)
+            await nursery.start(self.executor.run)
+            await nursery.start(run_outbox)
+            async with trio.open_nursery() as inputs:
+                await inputs.start(self.reaper.run)
+                inputs.start_soon(
+                    functools.partial(
+                        run_intake,
+                        self.source,
+                        self.state,
+                        self.outbox,
+                        requests_topic=settings.topic_requests,
+                        signals_topic=settings.topic_signals,
+                        limits=limits_of(settings),
+                        metrics=self.metrics,
+                    )
+                )
+                asgi: Any = self.app  # hypercorn's framework type does not name Starlette
+                bound: list[str] = []
+                if serve_http:
+                    bound = await inputs.start(
+                        functools.partial(
+                            serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
+                        )
+                    )
+                self.ready = True
+                _log.info("service_ready", http=bound)
+                task_status.started(bound)
+                await stop.wait()
+                self.ready = False
+                _log.info("service_stopping")
+                http_stopped.set()
+                inputs.cancel_scope.cancel()
+            # The inputs are stopped: decide what is due, then deliver everything decided.
+            due = self.state.catch_up(self.clock.now_ms())
+            self.outbox.close()
+            with trio.move_on_after(settings.shutdown_grace_ms / 1000):
+                await outbox_done.wait()
+            if not outbox_done.is_set():
+                left = self.outbox.statistics()
+                nursery.cancel_scope.cancel()
+                raise TransportError(
+                    f"shutdown: {left.queued + left.in_flight} record(s) decided before the stop"
+                    f" were not acknowledged within shutdown_grace_ms"
+                    f" ({settings.shutdown_grace_ms} ms)"
+                )
+            await self.executor.aclose()
+        stats = self.outbox.statistics()
+        _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
+
+
 async def run_service(
     settings: Settings,
     *,
     clock: Clock | None = None,
     stop: trio.Event | None = None,
+    transport: Transport | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the service until SIGTERM/SIGINT (or ``stop``), then shut down gracefully.
@@ -179,134 +286,34 @@ async def run_service(
         settings: the configuration.
         clock: the time source (epoch ms from the wall clock by default).
         stop: set it to stop (tests); otherwise SIGTERM and SIGINT stop the service.
+        transport: the broker seam (kafka-python by default; an in-memory fake in tests).
         task_status: receives the HTTP addresses once the service is ready.
+
+    Raises:
+        TransportError: the broker cannot be reached, or records decided before the stop were
+            not acknowledged within ``shutdown_grace_ms``.
     """
     clock = clock if clock is not None else Clock.from_wall_clock()
     own_signals = stop is None
     stop = stop if stop is not None else trio.Event()
-    metrics = Metrics()
-    metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
-    executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
-
-    def wake(deadline_ms: int) -> None:
-        reaper.wake_if_earlier(deadline_ms)  # bound below: the reaper needs the engine first
-
-    def wake_now() -> None:
-        reaper.wake()
-
-    state = ServiceState(
-        lambda emit: Engine(settings.to_engine_config(), start_ms=clock.now_ms(), emit=emit),
-        now_ms=clock.now_ms,
-        max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
-        wake=wake,
-        wake_now=wake_now,
-        metrics=metrics,
+    transport = transport if transport is not None else kafka_transport(settings)
+    assignment = (
+        [
+            (t, p)
+            for t in (settings.topic_requests, settings.topic_signals)
+            for p in settings.kafka_static_partitions
+        ]
+        if settings.kafka_static_partitions
+        else None
     )
-    reaper = Reaper(state.engine, executor, clock, max_sleep_ms=settings.reaper_max_sleep_ms)
-    ready = False
-    kafka = kafka_config(settings)
-    async with open_kafka_sink(kafka) as sink:
-
-        async def deliver(outcome: Outcome) -> None:
-            topic = outcome.reply_to or settings.topic_callbacks
-            try:
-                await sink.send(topic, outcome.scope.encode(), encode_callback(outcome))
-            except Exception:
-                metrics.callback_error()
-                raise  # the executor logs it (callback_failed) and goes on
-            now_ms = clock.now_ms()
-            metrics.records_produced(topic)
-            metrics.outcome(outcome, now_ms=now_ms)
-            if (
-                outcome.outcome is OutcomeKind.EXPIRED
-                and outcome.time_domain is TimeDomain.PROCESSING_TIME
-            ):
-                metrics.reaper_lateness(max(0, now_ms - outcome.deadline_ms))
-            state.delivered(outcome)
-            _log.debug(
-                "operation_" + outcome.outcome.value,
-                op_id=outcome.op_id,
-                scope=outcome.scope,
-                sequence=outcome.sequence,
-                late=outcome.late,
-            )
-            if outcome.outcome is OutcomeKind.EXPIRED and outcome.late:
-                _log.warning("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
-
-        assignment = (
-            [
-                (t, p)
-                for t in (settings.topic_requests, settings.topic_signals)
-                for p in settings.kafka_static_partitions
-            ]
-            if settings.kafka_static_partitions
-            else None
-        )
-        async with open_kafka_source(
-            kafka,
+    async with (
+        transport.open_sink() as sink,
+        transport.open_source(
             topics=[settings.topic_requests, settings.topic_signals],
             group_id=settings.kafka_group_id,
             assignment=assignment,
-        ) as source:
-
-            def is_ready() -> bool:
-                # Serving, and holding partitions to consume (a group may not have assigned any
-                # yet, or may have revoked them): only then does the replica see its scopes.
-                return ready and bool(source.assignment())
-
-            metrics.bind(
-                engine_stats=state.engine.statistics,
-                executor_stats=executor.statistics,
-                reaper_stats=reaper.statistics,
-                consumer_lag=source.lag,
-                ready=is_ready,
-            )
-            app = build_app(
-                state,
-                HttpConfig(
-                    limits=limits_of(settings),
-                    max_request_bytes=settings.max_request_bytes,
-                    max_batch=settings.max_batch,
-                    max_wait_ms=settings.max_wait_ms,
-                    api_token=settings.api_token,
-                    ready=is_ready,
-                    metrics=metrics.render,
-                    openapi=load_openapi(),
-                    observe=metrics.http_request,
-                ),
-            )
-            hypercorn = HypercornConfig()
-            hypercorn.bind = [f"{settings.http_host}:{settings.http_port}"]
-            hypercorn.accesslog = None
-            hypercorn.graceful_timeout = settings.shutdown_grace_ms / 1000
-            http_stopped = trio.Event()
-            async with trio.open_nursery() as nursery:
-                if own_signals:
-                    nursery.start_soon(_stop_on_signals, stop)
-                await nursery.start(executor.run)
-                async with trio.open_nursery() as inputs:
-                    await inputs.start(reaper.run)
-                    inputs.start_soon(_pump_outbox, state, executor, deliver)
-                    inputs.start_soon(_intake, source, state, sink, settings, metrics)
-                    asgi: Any = app  # hypercorn's framework type does not name Starlette
-                    bound = await inputs.start(
-                        functools.partial(
-                            serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
-                        )
-                    )
-                    ready = True
-                    _log.info("service_ready", http=bound, kafka=settings.kafka_bootstrap_servers)
-                    task_status.started(bound)
-                    await stop.wait()
-                    ready = False
-                    _log.info("service_stopping")
-                    http_stopped.set()
-                    inputs.cancel_scope.cancel()
-                # Intake, HTTP and the reaper are stopped: deliver what is already decided.
-                leftovers = state.take_outcomes()
-                await executor.submit_batch(
-                    [(functools.partial(deliver, o), o.outcome_ms) for o in leftovers]
-                )
-                await executor.aclose()
-            await sink.flush()
-    _log.info("service_stopped")
+        ) as source,
+    ):
+        service = Service(settings, clock, source, sink)
+        await service.run(stop, own_signals=own_signals, task_status=task_status)
+    _log.info("service_closed")

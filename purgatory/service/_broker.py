@@ -50,7 +50,7 @@ from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
 
-__all__ = ["EmbeddedBroker"]
+__all__ = ["EmbeddedBroker", "free_port"]
 
 _HOST = "127.0.0.1"
 _TANSU_ENV = (
@@ -66,7 +66,8 @@ _STOP_TIMEOUT_S = 5.0
 _TOPIC_ALREADY_EXISTS = 36
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port free at the time of the call (nothing listens on it once returned)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((_HOST, 0))
         port: int = sock.getsockname()[1]
@@ -150,7 +151,7 @@ class EmbeddedBroker:
             fd, name = tempfile.mkstemp(prefix="purgatory-tansu-", suffix=".log")
             os.close(fd)
             self._log_path, self._owns_log = Path(name), True
-        port = _free_port()
+        port = free_port()
         url = f"tcp://{_HOST}:{port}"
         command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", "memory://tansu/"]  # fmt: skip

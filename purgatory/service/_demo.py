@@ -15,6 +15,7 @@ Times in the scenario are offsets in ms from the start of the run.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -75,11 +76,17 @@ async def run_demo(
         }
         show("callback " + json.dumps(line))
 
-    engine = Engine(
-        start_ms=start,
-        emit=lambda o: executor.submit_nowait(lambda: deliver(o), due_ms=o.outcome_ms),
-    )
-    reaper = Reaper(engine, executor, clock, max_sleep_ms=200)
+    engine = Engine(start_ms=start)
+
+    def hand(outcomes: list[Outcome]) -> None:
+        for o in outcomes:
+            executor.submit_nowait(functools.partial(deliver, o), due_ms=o.outcome_ms)
+
+    async def expired(outcomes: list[Outcome]) -> None:
+        hand(outcomes)
+        await trio.lowlevel.checkpoint()
+
+    reaper = Reaper(engine, expired, clock, max_sleep_ms=200)
 
     def at(offset_ms: int) -> float:
         return clock.to_trio_seconds(start + int(offset_ms / speed))
@@ -90,11 +97,14 @@ async def run_demo(
     def register(spec: OperationSpec) -> None:
         reg = engine.register(spec, now_ms=clock.now_ms())
         show(f"register {spec.op_id!r} in {spec.scope!r}: {reg.status.value}")
+        if reg.status.value == "completed" and reg.outcome is not None:
+            hand([reg.outcome])
         reaper.wake_if_earlier(spec.deadline_ms)
 
     def signal(scope: str, key: str) -> None:
         done = engine.signal(scope, key, now_ms=clock.now_ms())
-        show(f"signal {key!r} in {scope!r}: completed {done}")
+        hand(done)
+        show(f"signal {key!r} in {scope!r}: completed {len(done)}")
 
     def watermark(scope: str, watermark_ms: int) -> None:
         engine.advance_watermark(scope, watermark_ms)

@@ -36,7 +36,14 @@ from purgatory._codec import (
     decode_signal,
     encode_callback,
 )
-from purgatory._core import ConflictError, LimitError, Outcome, Registration, UsageError
+from purgatory._core import (
+    ConflictError,
+    LimitError,
+    Outcome,
+    Registration,
+    SizeLimitError,
+    UsageError,
+)
 from purgatory.service._state import ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
@@ -57,6 +64,7 @@ class HttpConfig:
     metrics: Callable[[], tuple[bytes, str]]
     openapi: Mapping[str, Any]
     observe: Callable[[str, str, int, float], None] = lambda route, method, status, s: None
+    count_registration: Callable[[str], None] = lambda result: None
 
 
 class HttpError(Exception):
@@ -150,20 +158,32 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
         return scope, op_id
 
     async def create_operation(request: Request) -> Response:
-        req = decode_request(envelope(await body(request), "register", ""), config.limits)
+        try:
+            req = decode_request(envelope(await body(request), "register", ""), config.limits)
+        except (RecordError, HttpError) as exc:
+            if not isinstance(exc, HttpError) or exc.status in (400, 422):
+                config.count_registration("invalid")
+            raise
         assert isinstance(req, RegisterRequest)
         status, answer = register_one(req)
         return JSONResponse(answer, status_code=status)
 
     async def create_operations(request: Request) -> Response:
         payload = await body(request)
-        decoded = decode_all(payload, "operations", "register", decode_request, RegisterRequest)
+        try:
+            decoded = decode_all(payload, "operations", "register", decode_request, RegisterRequest)
+        except HttpError as exc:
+            if exc.status in (400, 422):
+                config.count_registration("invalid")
+            raise
         results: list[dict[str, Any]] = []
         for req in decoded:
             try:
                 status, answer = register_one(req)
             except ConflictError as exc:
                 status, answer = 409, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
+            except SizeLimitError as exc:
+                status, answer = 422, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
             except LimitError as exc:
                 status, answer = 429, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
             results.append({"http_status": status, **answer})
@@ -276,6 +296,8 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
                 response = _error(422, exc.reason, exc.field)
             except ConflictError as exc:
                 response = _error(409, str(exc), "op_id")
+            except SizeLimitError as exc:
+                response = _error(422, str(exc), exc.field)
             except LimitError as exc:
                 response = _error(429, str(exc), None)
             except UsageError as exc:

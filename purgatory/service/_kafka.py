@@ -7,6 +7,9 @@ out and reports delivery failures at ``flush``. ``KafkaClientConfig`` (``_kafka_
 both reach the brokers.
 """
 
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
 from purgatory.service._kafka_config import ConsumedRecord, KafkaClientConfig
 from purgatory.service._kafka_sink import KafkaSink, SinkStatistics, open_kafka_sink
 from purgatory.service._kafka_source import KafkaSource, StartPosition, open_kafka_source
@@ -16,8 +19,38 @@ __all__ = [
     "KafkaClientConfig",
     "KafkaSink",
     "KafkaSource",
+    "KafkaTransport",
     "SinkStatistics",
     "StartPosition",
     "open_kafka_sink",
     "open_kafka_source",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTransport:
+    """The service's :class:`~purgatory.service._transport.Transport` over kafka-python.
+
+    Args:
+        config: how to reach the brokers.
+        linger_ms: how long the producer waits to fill a batch.
+        max_request_bytes: the largest record the producer sends.
+    """
+
+    config: KafkaClientConfig
+    linger_ms: int = 5
+    max_request_bytes: int = 1_048_576
+
+    def open_source(
+        self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
+    ) -> AbstractAsyncContextManager[KafkaSource]:
+        """A consumer thread over ``topics`` (group or explicit ``assignment``)."""
+        return open_kafka_source(
+            self.config, topics=topics, group_id=group_id, assignment=assignment
+        )
+
+    def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:
+        """A producer thread."""
+        return open_kafka_sink(
+            self.config, linger_ms=self.linger_ms, max_request_bytes=self.max_request_bytes
+        )

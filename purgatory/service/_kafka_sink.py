@@ -1,21 +1,29 @@
 """The Kafka sink: one producer thread fed from trio (service layer).
 
-``send`` puts a record in a bounded memory channel (it waits when the channel is full:
-back-pressure); the producer thread takes what is queued, in one hop per batch, and hands each
-record to kafka-python's producer, whose own I/O thread batches and delivers them. Delivery
-outcomes arrive on that I/O thread and only touch counters under a lock.
+``send_batch`` puts a batch of records in a bounded memory channel (it waits when the channel is
+full: back-pressure) and returns a :class:`~purgatory.service._transport.Delivery` at once; the
+producer thread takes what is queued, in one hop, and hands each record to kafka-python's
+producer, whose own I/O thread batches and delivers them. Each record's acknowledgement (or
+error) arrives on that I/O thread and is written into its delivery under a lock; the last one of
+a batch wakes the trio side through the run's ``TrioToken``. So the service learns the fate of
+every record, one by one: a record the broker refuses (too large, unknown topic) fails alone.
+
+A record whose topic has no metadata makes ``producer.send`` block for ``max_block_ms``; the
+other records of that topic in the same hand-over then fail at once as retriable (the caller
+retries them), so a missing topic cannot stall the thread once per record, and records of other
+topics are not affected.
 
 ``flush`` travels through the same channel as a marker, so it covers exactly the records sent
 before it: the thread flushes the producer and answers with the delivery failures seen since the
-previous flush. The service flushes before it commits the offsets of the inputs whose outputs it
-sent, which is what makes callbacks at-least-once.
+previous flush.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +34,9 @@ from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
 from purgatory.service._kafka_config import KafkaClientConfig, raising_single_errors
+from purgatory.service._transport import OutRecord, SendFailure
 
-__all__ = ["KafkaSink", "SinkStatistics", "open_kafka_sink"]
+__all__ = ["KafkaDelivery", "KafkaSink", "SinkStatistics", "open_kafka_sink"]
 
 _TAKE_MAX = 1000
 _CLOSE_TIMEOUT_S = 5.0
@@ -42,11 +51,39 @@ class SinkStatistics:
     failed: int
 
 
+class KafkaDelivery:
+    """The acknowledgements of one batch, filled in by kafka-python's I/O thread."""
+
+    __slots__ = ("_done", "_lock", "_remaining", "_results", "_token")
+
+    def __init__(self, size: int, token: trio.lowlevel.TrioToken) -> None:
+        self._results: list[SendFailure | None] = [None] * size
+        self._remaining = size
+        self._lock = threading.Lock()
+        self._done = trio.Event()
+        self._token = token
+        if not size:
+            self._done.set()
+
+    def resolve(self, index: int, failure: SendFailure | None) -> None:
+        """Record the fate of record ``index`` (from any thread)."""
+        with self._lock:
+            self._results[index] = failure
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self._token.run_sync_soon(self._done.set)
+
+    async def results(self) -> list[SendFailure | None]:
+        """Wait for every record's acknowledgement; one entry per record, None when acked."""
+        await self._done.wait()
+        return self._results
+
+
 @dataclass(frozen=True, slots=True)
-class _Record:
-    topic: str
-    key: bytes | None
-    value: bytes
+class _Batch:
+    records: Sequence[OutRecord]
+    delivery: KafkaDelivery
 
 
 @dataclass(slots=True)
@@ -55,7 +92,12 @@ class _Flush:
     error: TransportError | None = None
 
 
-_Item = _Record | _Flush
+_Item = _Batch | _Flush
+
+
+def _failure(exc: BaseException) -> SendFailure:
+    retriable = bool(getattr(exc, "retriable", False))
+    return SendFailure(f"{type(exc).__name__}: {exc}", retriable)
 
 
 async def _take(receive: trio.MemoryReceiveChannel[_Item]) -> list[_Item]:
@@ -122,29 +164,38 @@ class _ProducerThread:
                         self._flush(producer, item)
                         unreachable.clear()
                     else:
-                        self._produce(producer, item, unreachable)
+                        for index, record in enumerate(item.records):
+                            self._produce(producer, record, item.delivery, index, unreachable)
         finally:
             # What does not make it is counted as failed by the callbacks, here or on close.
             with contextlib.suppress(KafkaError):
                 producer.flush(timeout=self._flush_timeout_s)
             producer.close(timeout=_CLOSE_TIMEOUT_S)
 
-    def _produce(self, producer: Any, record: _Record, unreachable: set[str]) -> None:
+    def _produce(
+        self,
+        producer: Any,
+        record: OutRecord,
+        delivery: KafkaDelivery,
+        index: int,
+        unreachable: set[str],
+    ) -> None:
         with self._lock:
             self._sent += 1
         if record.topic in unreachable:
-            # send() already blocked for max_block_ms on this topic's metadata in this batch;
-            # failing the rest at once keeps a dead broker from stalling the thread per record.
-            self._on_error(TransportError(f"no metadata for topic {record.topic!r}"))
+            # send() already blocked for max_block_ms on this topic's metadata in this hand-over;
+            # failing the rest of the topic at once (retriable) keeps it from stalling per record.
+            self._on_error(delivery, index, TransportError(f"no metadata for {record.topic!r}"))
             return
         try:
             future = producer.send(record.topic, key=record.key, value=record.value)
-        except KafkaError as exc:
-            unreachable.add(record.topic)
-            self._on_error(exc)
+        except KafkaError as exc:  # too large for the producer, or no metadata in time
+            if getattr(exc, "retriable", False):
+                unreachable.add(record.topic)
+            self._on_error(delivery, index, exc)
             return
-        future.add_callback(self._on_ack)
-        future.add_errback(self._on_error)
+        future.add_callback(functools.partial(self._on_ack, delivery, index))
+        future.add_errback(functools.partial(self._on_error, delivery, index))
 
     def _flush(self, producer: Any, marker: _Flush) -> None:
         timed_out: KafkaError | None = None
@@ -167,36 +218,58 @@ class _ProducerThread:
             )
         trio.from_thread.run_sync(marker.done.set)
 
-    def _on_ack(self, _metadata: Any) -> None:
+    def _on_ack(self, delivery: KafkaDelivery, index: int, _metadata: Any) -> None:
         with self._lock:
             self._acked += 1
+        delivery.resolve(index, None)
 
-    def _on_error(self, exc: Exception) -> None:
+    def _on_error(self, delivery: KafkaDelivery, index: int, exc: BaseException) -> None:
+        failure = _failure(exc)
+        if isinstance(exc, TransportError):
+            failure = SendFailure(failure.reason, retriable=True)
         with self._lock:
             self._failed += 1
             self._unreported += 1
             if self._first_error is None:
-                self._first_error = f"{type(exc).__name__}: {exc}"
+                self._first_error = failure.reason
+        delivery.resolve(index, failure)
 
 
 class KafkaSink:
-    """The trio side of a producer: ``send``, ``flush`` and ``statistics``."""
+    """The trio side of a producer: ``send_batch``, ``send``, ``flush`` and ``statistics``."""
 
     def __init__(self, send: trio.MemorySendChannel[_Item], thread: _ProducerThread) -> None:
         self._send = send
         self._thread = thread
+        self._token = trio.lowlevel.current_trio_token()
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+    async def send_batch(self, records: Sequence[OutRecord]) -> KafkaDelivery:
+        """Queue ``records`` for the producer in one hop; waits while the queue is full.
+
+        Returns:
+            The delivery that tells each record's fate once the broker answered.
+
+        Raises:
+            UsageError: a topic is empty, or a key or value is not bytes.
+        """
+        for record in records:
+            if not record.topic:
+                raise UsageError("topic must not be empty")
+            key, value = record.key, record.value
+            if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
+                raise UsageError("key and value must be bytes (key may be None)")
+        delivery = KafkaDelivery(len(records), self._token)
+        if records:
+            await self._send.send(_Batch(records, delivery))
+        return delivery
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> KafkaDelivery:
         """Queue one record for the producer; waits while the queue is full.
 
         Raises:
             UsageError: ``topic`` is empty, or ``key``/``value`` are not bytes.
         """
-        if not topic:
-            raise UsageError("topic must not be empty")
-        if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
-            raise UsageError("key and value must be bytes (key may be None)")
-        await self._send.send(_Record(topic, key, value))
+        return await self.send_batch([OutRecord(topic, key, value)])
 
     async def flush(self) -> None:
         """Wait until every record sent before this call is acknowledged or has failed.
@@ -220,8 +293,9 @@ class KafkaSink:
 async def open_kafka_sink(
     config: KafkaClientConfig,
     *,
-    linger_ms: int = 1,
-    max_in_flight: int = 10_000,
+    linger_ms: int = 5,
+    max_in_flight: int = 1_000,
+    max_request_bytes: int = 1_048_576,
     delivery_timeout_ms: int = 120_000,
     connect_timeout_ms: int = 30_000,
 ) -> AsyncIterator[KafkaSink]:
@@ -234,7 +308,9 @@ async def open_kafka_sink(
     Args:
         config: how to reach the brokers.
         linger_ms: how long the producer waits to fill a batch.
-        max_in_flight: records queued between trio and the producer thread (back-pressure).
+        max_in_flight: batches queued between trio and the producer thread (back-pressure).
+        max_request_bytes: the largest record the producer sends (larger ones fail alone,
+            not retriable).
         delivery_timeout_ms: how long a record may take to be acknowledged before it fails;
             also bounds how long ``send`` waits for a topic's metadata.
         connect_timeout_ms: how long to try to reach a bootstrap server.
@@ -255,6 +331,7 @@ async def open_kafka_sink(
         "delivery_timeout_ms": delivery_timeout_ms,
         "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
         "max_block_ms": delivery_timeout_ms,
+        "max_request_size": max_request_bytes,
         "bootstrap_timeout_ms": connect_timeout_ms,
     }
     thread = _ProducerThread(kwargs, flush_timeout_s=delivery_timeout_ms / 1000 + 5)

@@ -22,12 +22,21 @@ from structlog.typing import FilteringBoundLogger, Processor
 
 from purgatory._core import ConfigError
 
-__all__ = ["LEVELS", "configure_logging", "get_logger"]
+__all__ = ["LEVELS", "configure_logging", "get_logger", "logs_enabled"]
 
 #: Level names accepted by :func:`configure_logging`, with their numeric values.
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 _FORMATS = ("json", "console")
+
+# The configured level, so that a hot path can skip building a per-record event entirely (a
+# filtered structlog call still costs a lazy proxy lookup and the keyword arguments).
+_level = {"number": LEVELS["info"]}
+
+
+def logs_enabled(level: str) -> bool:
+    """Whether events of ``level`` are written under the current configuration (cheap)."""
+    return LEVELS[level] >= _level["number"]
 
 
 def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> None:
@@ -52,6 +61,7 @@ def configure_logging(level: str, fmt: str, stream: TextIO | None = None) -> Non
     if fmt not in _FORMATS:
         raise ConfigError(f"fmt: must be one of {', '.join(_FORMATS)}, got {fmt!r}")
     out = sys.stderr if stream is None else stream
+    _level["number"] = number
     processors: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
 from purgatory.service._logging import get_logger
+from purgatory.service._outbox_stats import OutboxStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
 
 __all__ = [
@@ -77,6 +78,7 @@ class _Sources:
     engine: Callable[[], EngineStatistics]
     executor: Callable[[], ExecutorStatistics]
     reaper: Callable[[], ReaperStatistics]
+    outbox: Callable[[], OutboxStatistics]
     consumer_lag: Callable[[], dict[tuple[str, int], int]]
     ready: Callable[[], bool]
 
@@ -114,6 +116,13 @@ _REAPER_GAUGES: tuple[tuple[str, str, Callable[[ReaperStatistics], float]], ...]
     ("purgatory_reaper_max_lateness_seconds", "The reaper's largest wake-up lateness since start.",
      lambda s: _seconds(s.max_lateness_ms)),
 )  # fmt: skip
+_OUTBOX_GAUGES: tuple[tuple[str, str, Callable[[OutboxStatistics], float]], ...] = (
+    ("purgatory_outbox_queued_records",
+     "Callbacks and dead letters decided, not yet handed to the producer.", lambda s: s.queued),
+    ("purgatory_outbox_unacknowledged_records",
+     "Records handed to the producer that the broker has not acknowledged yet.",
+     lambda s: s.in_flight),
+)  # fmt: skip
 _CONSUMER_LAG = ("purgatory_consumer_lag", "Records not yet consumed, per topic and partition.")
 _READY = ("purgatory_ready", "1 when the service serves (restored, consuming), else 0.")
 _INFO = ("purgatory_info", "Always 1; the labels describe the running build.")
@@ -140,6 +149,7 @@ class _ScrapeCollector(Collector):
         yield from _gauges("engine", sources.engine, _ENGINE_GAUGES)
         yield from _gauges("executor", sources.executor, _EXECUTOR_GAUGES)
         yield from _gauges("reaper", sources.reaper, _REAPER_GAUGES)
+        yield from _gauges("outbox", sources.outbox, _OUTBOX_GAUGES)
         try:
             lag = sources.consumer_lag()
             ready = sources.ready()
@@ -168,7 +178,7 @@ def _gauges(
 
 
 def _gauge_docs() -> list[tuple[str, str]]:
-    tables = (_ENGINE_GAUGES, _EXECUTOR_GAUGES, _REAPER_GAUGES)
+    tables = (_ENGINE_GAUGES, _EXECUTOR_GAUGES, _REAPER_GAUGES, _OUTBOX_GAUGES)
     rows = [(name, doc) for table in tables for name, doc, _ in table]
     return [*rows, _CONSUMER_LAG, _READY, _INFO]
 
@@ -180,9 +190,11 @@ def _installed_version() -> str:
         return "unknown"
 
 
-#: The reasons of ``purgatory_records_dead_lettered_total``: a record that does not decode or
-#: breaks a limit (``invalid``), or that the state refused (``refused``: a conflict, a limit).
-DEAD_LETTER_REASONS = ("invalid", "refused")
+#: The reasons of ``purgatory_records_dead_lettered_total``: a consumed record that does not
+#: decode or breaks a record limit (``invalid``), or that the state refused (``refused``: a
+#: conflict, a pending limit); a callback the broker would not take (``undeliverable``, labelled
+#: with the callback's topic).
+DEAD_LETTER_REASONS = ("invalid", "refused", "undeliverable")
 
 
 class Metrics:
@@ -219,7 +231,15 @@ class Metrics:
             registry=r,
         )
         self._callback_errors = Counter(
-            "purgatory_callback_errors_total", "Callbacks that raised.", registry=r
+            "purgatory_callback_errors_total",
+            "Callbacks the broker would not take (each was sent to the dead-letter topic).",
+            registry=r,
+        )
+        self._overdue = Counter(
+            "purgatory_registrations_overdue_total",
+            "Registrations whose deadline had passed on arrival (they expire at the next step;"
+            " their lateness is the client's, kept out of the lateness and lag series).",
+            registry=r,
         )
         self._signals = Counter("purgatory_signals_total", "Signals applied.", registry=r)
         self._registrations = Counter(
@@ -261,6 +281,7 @@ class Metrics:
             self._dead_lettered,
             self._http,
             self._callback_errors,
+            self._overdue,
             self._signals,
             self._registrations,
         )
@@ -288,6 +309,7 @@ class Metrics:
         reaper_stats: Callable[[], ReaperStatistics],
         consumer_lag: Callable[[], dict[tuple[str, int], int]],
         ready: Callable[[], bool],
+        outbox_stats: Callable[[], OutboxStatistics],
     ) -> None:
         """Set the callables the gauges are computed from at each scrape (again: replace them).
 
@@ -299,9 +321,10 @@ class Metrics:
             reaper_stats: the reaper's ``statistics``.
             consumer_lag: records behind the end, by ``(topic, partition)``.
             ready: whether the service serves.
+            outbox_stats: the outbox's ``statistics`` (records not yet acknowledged).
         """
         self._collector.sources = _Sources(
-            engine_stats, executor_stats, reaper_stats, consumer_lag, ready
+            engine_stats, executor_stats, reaper_stats, outbox_stats, consumer_lag, ready
         )
 
     def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
@@ -328,12 +351,16 @@ class Metrics:
             raise UsageError(f"result must be one of {', '.join(REGISTRATION_RESULTS)}")
         self._child(self._registrations, result).inc()
 
+    def registration_overdue(self) -> None:
+        """Count a registration whose deadline had already passed when it arrived."""
+        self._overdue.inc()
+
     def signals(self, count: int = 1) -> None:
         """Count applied signals."""
         self._signals.inc(count)
 
     def callback_error(self, count: int = 1) -> None:
-        """Count callbacks that raised."""
+        """Count callbacks the broker would not take."""
         self._callback_errors.inc(count)
 
     def records_consumed(self, topic: str, count: int = 1) -> None:
@@ -344,14 +371,18 @@ class Metrics:
         """Count Kafka records produced to ``topic``."""
         self._child(self._produced, topic).inc(count)
 
-    def expect_dead_letters(self, topics: Iterable[str]) -> None:
-        """Export the dead-letter series of ``topics`` at 0 from the start.
+    def expect_dead_letters(
+        self, topics: Iterable[str], *, reasons: Iterable[str] = ("invalid", "refused")
+    ) -> None:
+        """Export the dead-letter series of ``topics`` (for ``reasons``) at 0 from the start.
 
         A counter series otherwise appears with its first increment, and ``increase()`` over
         it then misses that first dead letter: an alert would never see it.
         """
         for topic in topics:
-            for reason in DEAD_LETTER_REASONS:
+            for reason in reasons:
+                if reason not in DEAD_LETTER_REASONS:
+                    raise UsageError(f"reason must be one of {', '.join(DEAD_LETTER_REASONS)}")
                 self._dead_lettered.labels(topic=topic, reason=reason)
 
     def dead_lettered(self, topic: str, reason: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,20 +31,13 @@ from typing import Any
 import httpx
 
 from purgatory._core import ConfigError
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._settings import Settings
 
 __all__ = ["ServiceChild", "run_pipeline", "service_process"]
 
 _PARTITIONS = 2
 _READY_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +70,7 @@ def service_process(
     Raises:
         ConfigError: the service exited, or was not ready within 60 s (with its log's tail).
     """
-    port = _free_port()
+    port = free_port()
     child_env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")},
         **(env or {}),

@@ -326,6 +326,13 @@ class Settings:
     max_record_bytes: int = _int(
         1_048_576, 1024, _MAX_BYTES, "Largest Kafka record accepted or produced, in bytes."
     )
+    max_signal_bytes_per_operation: int = _int(
+        524_288,
+        1,
+        _MAX_BYTES,
+        "Signal payload bytes one operation's callback may carry; the signal or registration"
+        " that would cross it is refused.",
+    )
     max_request_bytes: int = _int(4_194_304, 1024, _MAX_BYTES, "Largest HTTP body, in bytes.")
     max_batch: int = _int(10_000, 1, 1_000_000, "Items in one HTTP batch request.")
     max_deadline_ahead_ms: int = _int(
@@ -353,6 +360,16 @@ class Settings:
     )
     executor_capacity: int = _int(
         1024, 1, 1 << 24, "Batches the completion executor queues before intake waits."
+    )
+    kafka_linger_ms: int = _int(
+        5, 0, 1_000, "How long the producer waits to fill a batch of callbacks, in ms."
+    )
+    reply_to_timeout_ms: int = _int(
+        30_000,
+        0,
+        3_600_000,
+        "How long a callback to an operation's reply_to topic is retried before it is"
+        " dead-lettered, in ms.",
     )
     api_token: str | None = _setting(
         None,
@@ -438,6 +455,12 @@ class Settings:
             problems.append(
                 f"{env('max_payload_bytes')}: must be less than {env('max_record_bytes')}"
                 f" ({self.max_record_bytes}), got {self.max_payload_bytes}"
+            )
+        if self.max_signal_bytes_per_operation >= self.max_record_bytes:
+            problems.append(
+                f"{env('max_signal_bytes_per_operation')}: must be less than"
+                f" {env('max_record_bytes')} ({self.max_record_bytes}),"
+                f" got {self.max_signal_bytes_per_operation}"
             )
         return problems
 
@@ -531,6 +554,7 @@ class Settings:
                 max_fire_per_step=self.max_fire_per_step,
                 max_pending=self.max_pending,
                 max_pending_per_scope=self.max_pending_per_scope,
+                max_signal_bytes_per_operation=self.max_signal_bytes_per_operation,
             )
         except UsageError as exc:
             raise ConfigError(f"engine settings: {exc}") from exc

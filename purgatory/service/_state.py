@@ -5,10 +5,11 @@ request, a CLI call through HTTP. So the engine changes in one place, in one ord
 across an ``await`` (trio needs no locks for that). The clock is read once per input, through
 the injected ``now_ms``, so virtual-time tests control all of it.
 
-Outcomes leave the engine through :meth:`ServiceState.emit` into a small outbox; the shell's
-outbox pump hands them to the completion executor, which delivers each one (callback record to
-Kafka, HTTP waiters, metrics, a log line) in order, one at a time. The outbox cannot grow without
-bound: each operation has one outcome and the engine caps pending operations (``max_pending``).
+Every engine call returns the outcomes it decided; this module hands them, in that order, to
+``deliver`` (the outbox, which sends them by acknowledgement). An operation's outcome counts as
+delivered only when :meth:`ServiceState.delivered` is called, after the broker acknowledged its
+callback: only then do ``wait`` callers get it. What waits for delivery cannot grow without bound:
+each operation has one outcome and the engine caps pending operations (``max_pending``).
 
 Limits that need the clock are checked here (a deadline too far ahead); the rest live in the
 codec (sizes, shapes) and the engine (pending per scope and in total).
@@ -16,8 +17,7 @@ codec (sizes, shapes) and the engine (pending per scope and in total).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -30,10 +30,12 @@ from purgatory._core import (
     OperationSpec,
     Outcome,
     Registration,
+    RegistrationStatus,
+    SizeLimitError,
     TimeDomain,
     UsageError,
 )
-from purgatory.service._logging import get_logger
+from purgatory.service._logging import get_logger, logs_enabled
 from purgatory.service._metrics import Metrics
 
 __all__ = ["Input", "ServiceState", "ServiceStatistics"]
@@ -47,7 +49,7 @@ Input = RegisterRequest | CancelRequest | SignalRecord | WatermarkRecord
 class ServiceStatistics:
     """Counts of the state machine at one instant."""
 
-    outbox: int
+    undelivered: int
     waiters: int
     registrations: int
     signals: int
@@ -59,35 +61,36 @@ class ServiceState:
     """Applies inputs to the engine and routes its outcomes.
 
     Args:
-        make_engine: builds the engine (new, or restored from a snapshot) given the ``emit``
-            it must send outcomes to.
+        engine: the engine (new, or restored from a snapshot).
         now_ms: the clock (epoch ms).
         max_deadline_ahead_ms: how far in the future a processing-time deadline may be.
         wake: called with a new deadline, so a sleeping reaper wakes in time for it.
         wake_now: called when something may be due at once (a watermark moved).
         metrics: where registrations and signals are counted (None: nowhere).
+        deliver: takes each batch of decided outcomes, in order (the outbox's ``put``).
     """
 
     def __init__(
         self,
-        make_engine: Callable[[Callable[[Outcome], None]], Engine],
+        engine: Engine,
         *,
         now_ms: Callable[[], int],
         max_deadline_ahead_ms: int,
         wake: Callable[[int], None] = lambda _deadline_ms: None,
         wake_now: Callable[[], None] = lambda: None,
         metrics: Metrics | None = None,
+        deliver: Callable[[Sequence[Outcome]], None] = lambda _outcomes: None,
     ) -> None:
         self._metrics = metrics
         self._now_ms = now_ms
         self._max_ahead_ms = max_deadline_ahead_ms
         self._wake = wake
         self._wake_now = wake_now
-        self._outbox: deque[Outcome] = deque()
-        self._outbox_ready = trio.Event()
+        self._deliver = deliver
+        self._undelivered: set[tuple[str, str]] = set()
         self._waiters: dict[tuple[str, str], trio.Event] = {}
         self._counts = {"registrations": 0, "signals": 0, "watermarks": 0, "cancels": 0}
-        self.engine = make_engine(self.emit)
+        self.engine = engine
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -121,19 +124,32 @@ class ServiceState:
         except ConflictError:
             self._count_registration("conflict")
             raise
+        except SizeLimitError:
+            self._count_registration("invalid")
+            raise
         except LimitError:
             self._count_registration("limited")
             raise
         self._counts["registrations"] += 1
-        self._count_registration(registration.status.value)
-        _log.debug(
-            "operation_registered",
-            op_id=spec.op_id,
-            scope=spec.scope,
-            status=registration.status.value,
-            deadline_ms=spec.deadline_ms,
-        )
+        status = registration.status
+        self._count_registration(status.value)
+        if status is RegistrationStatus.COMPLETED and registration.outcome is not None:
+            self._decided([registration.outcome])
+        if logs_enabled("debug"):
+            _log.debug(
+                "operation_registered",
+                op_id=spec.op_id,
+                scope=spec.scope,
+                status=status.value,
+                deadline_ms=spec.deadline_ms,
+            )
         if spec.time_domain is TimeDomain.PROCESSING_TIME:
+            if (
+                spec.deadline_ms <= now
+                and status is RegistrationStatus.PENDING
+                and self._metrics is not None
+            ):
+                self._metrics.registration_overdue()
             self._wake(spec.deadline_ms)
         else:
             self._wake_now()  # a deadline behind the watermark is due at the next step
@@ -143,16 +159,23 @@ class ServiceState:
         """Cancel a pending operation; None if it is not pending."""
         self._counts["cancels"] += 1
         outcome = self.engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
-        _log.debug(
-            "operation_cancel_requested",
-            op_id=request.op_id,
-            scope=request.scope,
-            found=outcome is not None,
-        )
+        if outcome is not None:
+            self._decided([outcome])
+        if logs_enabled("debug"):
+            _log.debug(
+                "operation_cancel_requested",
+                op_id=request.op_id,
+                scope=request.scope,
+                found=outcome is not None,
+            )
         return outcome
 
     def signal(self, record: SignalRecord) -> int:
-        """Remember a signal and complete what it satisfies; returns how many completed."""
+        """Remember a signal and complete what it satisfies; returns how many completed.
+
+        Raises:
+            LimitError: the payload would make a watching operation's callback too large.
+        """
         self._counts["signals"] += 1
         completed = self.engine.signal(
             record.scope,
@@ -161,10 +184,14 @@ class ServiceState:
             event_time_ms=record.event_time_ms,
             payload=record.payload,
         )
+        self._decided(completed)
         if self._metrics is not None:
             self._metrics.signals()
-        _log.debug("signal_received", scope=record.scope, key=record.key, completed=completed)
-        return completed
+        if logs_enabled("debug"):
+            _log.debug(
+                "signal_received", scope=record.scope, key=record.key, completed=len(completed)
+            )
+        return len(completed)
 
     def watermark(self, record: WatermarkRecord) -> bool:
         """Move a scope's watermark; True if it moved forward."""
@@ -172,34 +199,53 @@ class ServiceState:
         moved = self.engine.advance_watermark(record.scope, record.watermark_ms)
         if moved:
             self._wake_now()
-        _log.debug(
-            "watermark_advanced", scope=record.scope, watermark_ms=record.watermark_ms, moved=moved
-        )
+        if logs_enabled("debug"):
+            _log.debug(
+                "watermark_advanced",
+                scope=record.scope,
+                watermark_ms=record.watermark_ms,
+                moved=moved,
+            )
         return moved
+
+    # -- the clock ----------------------------------------------------------------------------
+
+    def advance_clock(self, now_ms: int) -> list[Outcome]:
+        """Advance the engine (the reaper calls this); the expirations it decided are delivered.
+
+        Returns:
+            The ``expired`` outcomes, in order.
+        """
+        expired = self.engine.advance_clock(now_ms)
+        self._decided(expired)
+        return expired
+
+    def next_expiration_ms(self) -> int | None:
+        """When the engine has work next."""
+        return self.engine.next_expiration_ms()
+
+    def catch_up(self, now_ms: int) -> int:
+        """Decide every expiration due by ``now_ms`` (at shutdown); returns how many."""
+        total = 0
+        while True:  # each step is bounded by max_fire_per_step
+            expired = self.advance_clock(now_ms)
+            if not expired:
+                return total
+            total += len(expired)
 
     # -- outcomes -----------------------------------------------------------------------------
 
-    def emit(self, outcome: Outcome) -> None:
-        """The engine's outcome sink: queue it for delivery through the executor."""
-        self._outbox.append(outcome)
-        self._outbox_ready.set()
-
-    async def next_outcomes(self) -> list[Outcome]:
-        """Wait until outcomes are queued, then take them all (for the outbox pump)."""
-        while not self._outbox:
-            await self._outbox_ready.wait()
-            self._outbox_ready = trio.Event()
-        return self.take_outcomes()
-
-    def take_outcomes(self) -> list[Outcome]:
-        """Take every queued outcome now (possibly none)."""
-        taken = list(self._outbox)
-        self._outbox.clear()
-        return taken
+    def _decided(self, outcomes: Sequence[Outcome]) -> None:
+        if outcomes:
+            for outcome in outcomes:
+                self._undelivered.add((outcome.scope, outcome.op_id))
+            self._deliver(outcomes)
 
     def delivered(self, outcome: Outcome) -> None:
-        """Called by the delivery step: wake whoever waits for this operation."""
-        event = self._waiters.pop((outcome.scope, outcome.op_id), None)
+        """Called once the outcome's callback is acknowledged: wake whoever waits for it."""
+        ident = (outcome.scope, outcome.op_id)
+        self._undelivered.discard(ident)
+        event = self._waiters.pop(ident, None)
         if event is not None:
             event.set()
 
@@ -215,18 +261,21 @@ class ServiceState:
         found = self.engine.lookup(scope, op_id)
         if found is None:
             raise UsageError(f"op_id {op_id!r} is not known in scope {scope!r}")
-        if found[1] is not None:
-            return found[1]  # decided (delivery may still be on its way)
-        event = self._waiters.setdefault((scope, op_id), trio.Event())
+        ident = (scope, op_id)
+        if found[1] is not None and ident not in self._undelivered:
+            return found[1]  # decided and delivered
+        event = self._waiters.setdefault(ident, trio.Event())
         with trio.move_on_after(timeout_ms / 1000):
             await event.wait()
+        if ident in self._undelivered:
+            return None
         again = self.engine.lookup(scope, op_id)
         return again[1] if again is not None else None
 
     def statistics(self) -> ServiceStatistics:
         """A frozen record of the state machine's counts."""
         return ServiceStatistics(
-            outbox=len(self._outbox), waiters=len(self._waiters), **self._counts
+            undelivered=len(self._undelivered), waiters=len(self._waiters), **self._counts
         )
 
     def _count_registration(self, result: str) -> None:

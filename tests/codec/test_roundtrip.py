@@ -197,7 +197,7 @@ def test_dead_letter_reason_quoting_a_lone_surrogate_is_still_utf8() -> None:
         ("reason", None),
         ("field", 3),
         ("topic", ""),
-        ("partition", -1),
+        ("partition", -2),
         ("offset", True),
         ("timestamp_ms", 1.5),
         ("max_value_bytes", -1),

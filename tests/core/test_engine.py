@@ -31,18 +31,15 @@ def barrier(op_id: str = "nightly", deadline: int = 6_000, **kw: object) -> Oper
 
 
 def run_due(engine: Engine, now: int) -> list[Outcome]:
-    for task in engine.advance_clock(now):
-        task.run()
-    return engine.drain_outcomes()
+    return engine.advance_clock(now)
 
 
 def test_barrier_completes_when_all_keys_signalled() -> None:
     engine = Engine()
     assert engine.register(barrier(payload='{"job": "report"}'), now_ms=0).status == "pending"
-    assert engine.signal(NIGHT, "ingest/orders", now_ms=10, payload="o") == 0
-    assert engine.signal(NIGHT, "ingest/users", now_ms=20) == 0
-    assert engine.signal(NIGHT, "ingest/stock", now_ms=30, payload="s") == 1
-    [out] = engine.drain_outcomes()
+    assert engine.signal(NIGHT, "ingest/orders", now_ms=10, payload="o") == []
+    assert engine.signal(NIGHT, "ingest/users", now_ms=20) == []
+    [out] = engine.signal(NIGHT, "ingest/stock", now_ms=30, payload="s")
     assert out.outcome is OutcomeKind.COMPLETED
     assert (out.registered_ms, out.outcome_ms, out.sequence) == (0, 30, 1)
     assert out.keys == KEYS and out.missing == ()
@@ -66,11 +63,7 @@ def test_barrier_expires_with_the_missing_keys_exactly_at_its_deadline() -> None
 def test_an_expiry_run_late_still_reports_its_deadline_as_outcome_time() -> None:
     engine = Engine()
     engine.register(barrier(), now_ms=0)
-    due = engine.advance_clock(6_000)
-    engine.advance_clock(6_250)  # the executor gets to it 250 ms later
-    for task in due:
-        task.run()
-    [out] = engine.drain_outcomes()
+    [out] = engine.advance_clock(6_250)  # the reaper wakes 250 ms late
     assert (out.outcome, out.outcome_ms) == (OutcomeKind.EXPIRED, 6_000)
 
 
@@ -100,23 +93,21 @@ def test_any_and_count_conditions() -> None:
     engine = Engine()
     engine.register(barrier("any", condition=Condition.ANY), now_ms=0)
     engine.register(barrier("two", condition=Condition.COUNT, count=2), now_ms=0)
-    assert engine.signal(NIGHT, "ingest/stock", now_ms=1) == 1
-    assert (
-        engine.signal(NIGHT, "ingest/stock", now_ms=2) == 0
-    )  # the same key again is not a second key
-    assert engine.signal(NIGHT, "ingest/users", now_ms=3) == 1
-    assert [o.op_id for o in engine.drain_outcomes()] == ["any", "two"]
+    [first] = engine.signal(NIGHT, "ingest/stock", now_ms=1)
+    assert engine.signal(NIGHT, "ingest/stock", now_ms=2) == []  # the same key is not a second
+    [second] = engine.signal(NIGHT, "ingest/users", now_ms=3)
+    assert [first.op_id, second.op_id] == ["any", "two"]
 
 
 def test_signal_at_the_deadline_loses_to_the_expiry() -> None:
     engine = Engine()
     engine.register(barrier(condition=Condition.ANY), now_ms=0)
-    assert engine.signal(NIGHT, "ingest/stock", now_ms=6_000) == 0  # expiry wins at the deadline
+    assert engine.signal(NIGHT, "ingest/stock", now_ms=6_000) == []  # expiry wins at the deadline
     [out] = run_due(engine, 6_000)
     assert out.outcome is OutcomeKind.EXPIRED
     late_key = OperationSpec(op_id="b", scope=NIGHT, keys=("ingest/users",), deadline_ms=7_000)
     assert engine.register(late_key, now_ms=6_000).status is RegistrationStatus.PENDING
-    assert engine.signal(NIGHT, "ingest/users", now_ms=6_999) == 1  # one ms before: completes
+    assert len(engine.signal(NIGHT, "ingest/users", now_ms=6_999)) == 1  # one ms before: done
 
 
 def test_event_time_deadline_follows_the_watermark_and_replays_identically() -> None:
@@ -160,7 +151,7 @@ def test_cancel_is_a_terminal_outcome() -> None:
     assert engine.cancel(NIGHT, "nightly", now_ms=11) is None
     for key in KEYS:
         engine.signal(NIGHT, key, now_ms=12)
-    assert run_due(engine, 100_000) == [out]  # only the cancel itself was emitted
+    assert run_due(engine, 100_000) == []  # the cancel was the only outcome
 
 
 def test_idempotent_registration_and_conflicts() -> None:
@@ -271,7 +262,11 @@ _ACTIONS = st.lists(
 )
 
 
-def _apply(engine: Engine, action: tuple[str, Any], now: int) -> int:
+def _apply(
+    engine: Engine, action: tuple[str, Any], now: int, out: list[Outcome] | None = None
+) -> int:
+    """Apply one action; the outcomes it decides are appended to ``out``."""
+    decided: list[Outcome] = [] if out is None else out
     kind, arg = action
     if kind == "register":
         op_id, scope, keys, delay, cond, domain = arg
@@ -284,20 +279,23 @@ def _apply(engine: Engine, action: tuple[str, Any], now: int) -> int:
             time_domain=domain,
         )
         with contextlib.suppress(ConflictError):
-            engine.register(spec, now_ms=now)
+            registration = engine.register(spec, now_ms=now)
+            if registration.status is RegistrationStatus.COMPLETED:
+                assert registration.outcome is not None
+                decided.append(registration.outcome)
     elif kind == "signal":
         scope, key = arg
-        engine.signal(scope, key, now_ms=now)
+        decided += engine.signal(scope, key, now_ms=now)
     elif kind == "watermark":
         scope, wm = arg
         engine.advance_watermark(scope, wm)
     elif kind == "cancel":
         scope, op_id = arg
-        engine.cancel(scope, op_id, now_ms=now)
+        cancelled = engine.cancel(scope, op_id, now_ms=now)
+        decided += [cancelled] if cancelled is not None else []
     else:
         now += arg
-        for task in engine.advance_clock(now):
-            task.run()
+        decided += engine.advance_clock(now)
     return now
 
 
@@ -311,22 +309,88 @@ def test_snapshot_round_trip_behaves_as_the_original(
     now = 1_000
     for action in before:
         now = _apply(original, action, now)
-    for task in original.advance_clock(now):
-        task.run()
-    original.drain_outcomes()
+    original.advance_clock(now)
     data = snapshot_engine(original)
     restored = restore_engine(data, now_ms=now, config=config)
     assert snapshot_engine(restored) == data
     event(f"pending at snapshot: {min(original.statistics().pending, 3)}")
     assert restored.statistics().pending == original.statistics().pending
     now_a = now_b = now
+    outcomes: list[Outcome] = []
+    replayed: list[Outcome] = []
     for action in after:
-        now_a = _apply(original, action, now_a)
-        now_b = _apply(restored, action, now_b)
-    for engine, t in ((original, now_a), (restored, now_b)):
-        for task in engine.advance_clock(t + 10_000):
-            task.run()
-    outcomes = original.drain_outcomes()
-    assert restored.drain_outcomes() == outcomes
+        now_a = _apply(original, action, now_a, outcomes)
+        now_b = _apply(restored, action, now_b, replayed)
+    outcomes += original.advance_clock(now_a + 10_000)
+    replayed += restored.advance_clock(now_b + 10_000)
+    assert replayed == outcomes
     event(f"outcomes after restore: {min(len(outcomes), 3)}")
     assert restored.pending() == original.pending()
+
+
+def test_a_retry_with_the_same_relative_timeout_is_a_duplicate_not_a_conflict() -> None:
+    engine = Engine()
+    first = barrier(deadline=3_600_000, timeout_ms=3_600_000)
+    assert engine.register(first, now_ms=0).status is RegistrationStatus.PENDING
+    retry = barrier(deadline=3_600_010, timeout_ms=3_600_000)  # sent again 10 ms later
+    assert engine.register(retry, now_ms=10).status is RegistrationStatus.DUPLICATE
+    assert engine.lookup(NIGHT, "nightly") == (first, None)  # the first deadline holds
+    with pytest.raises(ConflictError, match="another body"):
+        engine.register(barrier(deadline=3_600_010, timeout_ms=3_600_010), now_ms=10)
+    with pytest.raises(ConflictError, match="another body"):  # absolute: the deadline is the body
+        engine.register(barrier(deadline=3_600_010), now_ms=10)
+    [out] = engine.advance_clock(3_600_000)
+    late_retry = barrier(deadline=3_700_000, timeout_ms=3_600_000)
+    again = engine.register(late_retry, now_ms=100_000)
+    assert again.status is RegistrationStatus.DUPLICATE and again.outcome == out
+
+
+def test_a_timer_re_sent_with_its_timeout_re_arms_from_the_new_arrival() -> None:
+    engine = Engine()
+    timer = OperationSpec("session", "clicks", (), deadline_ms=900, timeout_ms=900)
+    engine.register(timer, now_ms=0)
+    again = OperationSpec("session", "clicks", (), deadline_ms=1_400, timeout_ms=900)
+    assert engine.register(again, now_ms=500).status is RegistrationStatus.REARMED
+    assert engine.advance_clock(1_399) == []
+    [out] = engine.advance_clock(1_400)
+    assert out.deadline_ms == 1_400
+
+
+SMALL = EngineConfig(max_signal_bytes_per_operation=100)
+
+
+def test_a_signal_that_would_grow_a_callback_past_the_bound_is_refused_and_changes_nothing() -> (
+    None
+):
+    engine = Engine(SMALL)
+    engine.register(barrier(), now_ms=0)
+    assert engine.signal(NIGHT, KEYS[0], now_ms=1, payload="x" * 60) == []
+    with pytest.raises(LimitError, match=r"^payload: .*'nightly'.*max_signal_bytes_per_operation"):
+        engine.signal(NIGHT, KEYS[1], now_ms=2, payload="y" * 41)
+    assert engine.lookup(NIGHT, "nightly") is not None
+    assert engine.statistics().signals == 1  # the refused signal was not remembered
+    assert engine.signal(NIGHT, KEYS[1], now_ms=3, payload="y" * 40) == []  # exactly at the bound
+    [out] = engine.signal(NIGHT, KEYS[2], now_ms=4)
+    assert sum(len(p or "") for p in out.signals.values()) == 100
+    with pytest.raises(LimitError, match=r"^payload: 101 bytes"):
+        engine.signal("other", "k", now_ms=5, payload="z" * 101)
+
+
+def test_replacing_a_key_payload_counts_the_new_one_only_and_utf8_bytes_count() -> None:
+    engine = Engine(SMALL)
+    engine.register(barrier(), now_ms=0)
+    engine.signal(NIGHT, KEYS[0], now_ms=1, payload="x" * 90)
+    engine.signal(NIGHT, KEYS[0], now_ms=2, payload="x" * 100)  # replaces: 100 in all
+    with pytest.raises(LimitError):
+        engine.signal(NIGHT, KEYS[1], now_ms=3, payload="é")  # 2 UTF-8 bytes
+
+
+def test_a_registration_whose_keys_already_carry_too_much_is_refused() -> None:
+    engine = Engine(SMALL)
+    engine.signal(NIGHT, KEYS[0], now_ms=1, payload="x" * 60)
+    engine.signal(NIGHT, KEYS[1], now_ms=1, payload="y" * 60)
+    with pytest.raises(LimitError, match=r"^keys: .*max_signal_bytes_per_operation \(100\)"):
+        engine.register(barrier(), now_ms=2)
+    assert engine.statistics().pending == 0
+    one_key = OperationSpec("one", NIGHT, (KEYS[0],), deadline_ms=6_000)
+    assert engine.register(one_key, now_ms=2).status is RegistrationStatus.COMPLETED

@@ -1,7 +1,7 @@
 """The journal: replaying an engine's recorded inputs rebuilds it, outcomes and sequences included.
 
-The original engine runs under a model executor that runs the expiry tasks it is handed only
-when told to, so expirations interleave with other inputs as they do in the service.
+Every call that decides outcomes returns them, so the original run's outcomes are simply the
+concatenation of what its calls returned; a replay must return the same list.
 """
 
 from __future__ import annotations
@@ -15,20 +15,24 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from purgatory._core import (
+    AdvanceEntry,
     BadRecordError,
     Condition,
     ConflictError,
     Engine,
     EngineConfig,
+    JournalEntry,
     LimitError,
     OperationSpec,
     Outcome,
+    RegisterEntry,
+    RegistrationStatus,
+    SignalEntry,
     TimeDomain,
     TtlConfig,
 )
-from purgatory._core._journal import JournalRecorder, replay_journal
+from purgatory._core._journal import JournalRecorder, decode_entry, replay_journal
 from purgatory._core._snapshot import restore_engine, snapshot_engine
-from purgatory._core._timer import TimerTask
 
 _SCOPES = st.sampled_from(["s1", "s2"])
 _KEYNAMES = st.sampled_from(["a", "b", "c"])
@@ -47,7 +51,6 @@ _ACTIONS = st.lists(
         st.tuples(st.just("watermark"), st.tuples(_SCOPES, st.integers(0, 900))),
         st.tuples(st.just("cancel"), st.tuples(_SCOPES, st.sampled_from(["o1", "o2"]))),
         st.tuples(st.just("advance"), st.integers(0, 200)),
-        st.tuples(st.just("run"), st.integers(0, 3)),
     ),
     max_size=50,
 )
@@ -55,13 +58,13 @@ CONFIG = EngineConfig(signal_ttl=TtlConfig(ttl_ms=300), outcome_ttl_ms=400, max_
 
 
 class Original:
-    """An engine recording its journal, with a model executor holding handed-out tasks."""
+    """An engine recording its journal, and every outcome its calls returned."""
 
     def __init__(self) -> None:
         self.journal = JournalRecorder()
         self.engine = Engine(CONFIG, start_ms=1_000, journal=self.journal)
         self.now = 1_000
-        self.queue: list[TimerTask] = []
+        self.outcomes: list[Outcome] = []
 
     def apply(self, action: tuple[str, Any]) -> None:
         kind, arg = action
@@ -73,29 +76,27 @@ class Original:
                 condition=Condition(cond) if keys else Condition.ALL, time_domain=domain,
             )  # fmt: skip
             with contextlib.suppress(ConflictError, LimitError):
-                engine.register(spec, now_ms=self.now)
+                registration = engine.register(spec, now_ms=self.now)
+                if registration.status is RegistrationStatus.COMPLETED:
+                    assert registration.outcome is not None
+                    self.outcomes.append(registration.outcome)
         elif kind == "signal":
             scope, key, event_time = arg
-            engine.signal(scope, key, now_ms=self.now, event_time_ms=event_time, payload='"p"')
+            self.outcomes += engine.signal(
+                scope, key, now_ms=self.now, event_time_ms=event_time, payload='"p"'
+            )
         elif kind == "watermark":
             engine.advance_watermark(*arg)
         elif kind == "cancel":
-            engine.cancel(*arg, now_ms=self.now)
-        elif kind == "advance":
-            self.now += arg
-            self.queue.extend(engine.advance_clock(self.now))
+            cancelled = engine.cancel(*arg, now_ms=self.now)
+            self.outcomes += [cancelled] if cancelled is not None else []
         else:
-            for task in self.queue[:arg]:
-                task.run()
-            del self.queue[:arg]
+            self.now += arg
+            self.outcomes += engine.advance_clock(self.now)
 
 
 def _without_late(outcomes: list[Outcome]) -> list[tuple[Any, ...]]:
     return [(o.op_id, o.scope, o.outcome, o.outcome_ms, o.sequence, o.keys) for o in outcomes]
-
-
-def _idents(tasks: list[TimerTask]) -> set[tuple[str, str]]:
-    return {(t.spec.scope, t.spec.op_id) for t in tasks if not t.is_done}  # type: ignore[attr-defined]
 
 
 @settings(max_examples=300, deadline=None)
@@ -109,22 +110,15 @@ def test_replaying_the_whole_journal_rebuilds_the_engine_and_its_outcomes(
     entries = json.loads(json.dumps(original.journal.entries))  # as stored: JSON
 
     rebuilt = Engine(CONFIG, start_ms=1_000)
-    not_run = replay_journal(rebuilt, entries)
+    replayed = replay_journal(rebuilt, entries)
 
-    assert rebuilt.drain_outcomes() == original.engine.drain_outcomes()
+    assert replayed == original.outcomes
     assert snapshot_engine(rebuilt) == snapshot_engine(original.engine)
     assert rebuilt.pending() == original.engine.pending()
-    assert _idents(not_run) == _idents(original.queue)
-    event(f"tasks handed out, not run: {min(len(_idents(not_run)), 2)}")
-    # Running them and going on behaves as the original does.
-    for task in not_run:
-        task.run()
-    for task in original.queue:
-        task.run()
-    for engine in (rebuilt, original.engine):
-        for task in engine.advance_clock(original.now + 10_000):
-            task.run()
-    assert rebuilt.drain_outcomes() == original.engine.drain_outcomes()
+    event(f"outcomes: {min(len(replayed), 3)}")
+    # Going on behaves as the original does.
+    later = original.now + 10_000
+    assert rebuilt.advance_clock(later) == original.engine.advance_clock(later)
 
 
 @settings(max_examples=300, deadline=None)
@@ -138,21 +132,17 @@ def test_a_snapshot_and_the_journal_after_it_rebuild_the_engine(
         original.apply(action)
     snapshot = snapshot_engine(original.engine)
     at_snapshot, clock = len(original.journal.entries), original.engine.clock_ms
-    before = original.engine.drain_outcomes()
+    before = len(original.outcomes)
     for action in actions[cut:]:
         original.apply(action)
 
     rebuilt = restore_engine(snapshot, now_ms=clock, config=CONFIG)
-    not_run = replay_journal(rebuilt, original.journal.entries[at_snapshot:])
+    replayed = replay_journal(rebuilt, original.journal.entries[at_snapshot:])
 
-    after = original.engine.drain_outcomes()
-    assert _without_late(rebuilt.drain_outcomes()) == _without_late(after)
+    after = original.outcomes[before:]
+    assert _without_late(replayed) == _without_late(after)
     assert rebuilt.pending() == original.engine.pending()
-    # The tasks still to run: the original's queue, and what the snapshot held overdue.
-    assert _idents(original.queue) <= _idents(not_run) | {
-        (s.scope, s.op_id) for s in rebuilt.pending()
-    }
-    event(f"outcomes before the snapshot: {min(len(before), 2)}, after: {min(len(after), 2)}")
+    event(f"outcomes before the snapshot: {min(before, 2)}, after: {min(len(after), 2)}")
 
 
 def test_an_engine_without_a_journal_records_nothing_and_a_replay_records_nothing_twice() -> None:
@@ -166,24 +156,42 @@ def test_an_engine_without_a_journal_records_nothing_and_a_replay_records_nothin
     assert again.entries == []
 
 
-def test_the_sink_gets_every_entry_as_json() -> None:
+def test_the_sink_gets_every_entry_as_json_and_an_advance_decides_the_expiry() -> None:
     rows: list[str] = []
     engine = Engine(
         CONFIG, start_ms=0, journal=JournalRecorder(lambda r: rows.append(json.dumps(r)))
     )
     engine.register(OperationSpec("o", "s", (), deadline_ms=10), now_ms=0)
-    for task in engine.advance_clock(10):
-        task.run()
-    assert [json.loads(r)[0] for r in rows] == ["register", "advance", "expire"]
-    assert json.loads(rows[2]) == ["expire", "s", "o"]
+    [expired] = engine.advance_clock(10)
+    assert [json.loads(r)[0] for r in rows] == ["register", "advance"]
+    assert json.loads(rows[1]) == ["advance", 10]
+    rebuilt = Engine(CONFIG, start_ms=0)
+    assert replay_journal(rebuilt, [json.loads(r) for r in rows]) == [expired]
+
+
+def test_typed_entries_replay_like_their_rows() -> None:
+    spec = OperationSpec("o", "s", ("k",), deadline_ms=100, timeout_ms=100)
+    typed: list[JournalEntry] = [
+        RegisterEntry(0, spec),
+        SignalEntry(5, "s", "k", None, '"p"'),
+        AdvanceEntry(200),
+    ]
+    from_typed = replay_journal(Engine(CONFIG, start_ms=0), typed)
+    recorder = JournalRecorder()
+    for entry in typed:
+        recorder(entry)
+    from_rows = replay_journal(Engine(CONFIG, start_ms=0), recorder.entries)
+    assert from_typed == from_rows and [o.op_id for o in from_rows] == ["o"]
+    assert [decode_entry(r) for r in recorder.entries] == typed
 
 
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        (["bogus", 1], "journal entry 0: unknown entry or wrong length: 'bogus'"),
-        (["advance"], "journal entry 0: unknown entry or wrong length: 'advance'"),
+        (["bogus", 1], "journal entry 0: .*unknown entry or wrong length: 'bogus'"),
+        (["advance"], "journal entry 0: .*unknown entry or wrong length: 'advance'"),
         (["advance", -5], "journal entry 0: now_ms"),
+        (["expire", "s", "o"], "journal entry 0: .*unknown entry or wrong length: 'expire'"),
         (["register", 0, ["o", "s"]], "journal entry 0: "),
     ],
 )

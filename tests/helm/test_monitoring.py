@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import socket
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,8 +23,9 @@ import trio.testing
 
 from purgatory._core import Engine, EngineConfig
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._metrics import Metrics
+from purgatory.service._outbox_stats import OutboxStatistics
 from purgatory.service._settings import Settings
 from reaper import Clock, CompletionExecutor, Reaper
 from tests.helm._chart import (
@@ -232,6 +232,7 @@ async def test_the_executor_lag_alert_stays_quiet_once_the_executor_is_idle(
         reaper_stats=Reaper(engine, executor, Clock()).statistics,
         consumer_lag=dict,
         ready=lambda: True,
+        outbox_stats=lambda: OutboxStatistics(0, 0, 0, 0, 0, 0, 0),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(executor.run)
@@ -395,13 +396,6 @@ def test_every_query_applies_functions_to_the_right_metric_types() -> None:
             assert re.match(r"0\.[0-9]+, ", quantile), expr
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _served(exposition: str) -> set[str]:
     """Every series name a scrape declares, as a query would name it."""
     names: set[str] = set()
@@ -440,7 +434,7 @@ async def test_every_metric_in_the_alerts_and_the_dashboard_is_served(
         kafka_group_id=f"{prefix}-group",
         kafka_static_partitions=(0,),
         topic_partitions=1,
-        http_port=_free_port(),
+        http_port=free_port(),
         **topics,
     )
     stop = trio.Event()

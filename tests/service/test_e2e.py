@@ -36,19 +36,12 @@ from purgatory._codec import (
 from purgatory._core import Condition, TimeDomain
 from purgatory.client import ApiError, AsyncPurgatoryClient, PurgatoryClient
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._settings import Settings, env_name
 
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
@@ -64,7 +57,7 @@ def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
         topic_dead_letters=f"{prefix}.dead-letters",
         topic_changelog=f"{prefix}.changelog",
         topic_partitions=PARTITIONS,
-        http_port=_free_port(),
+        http_port=free_port(),
         **overrides,
     )
     broker.create_topics(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -12,14 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from purgatory._codec import Limits
-from purgatory._core import Engine, EngineConfig, Outcome
 from purgatory.client import ApiError, AsyncPurgatoryClient
-from purgatory.service._app import _pump_outbox
-from purgatory.service._http import HttpConfig, build_app
+from purgatory.service._app import Service, topics_of
+from purgatory.service._http import build_app
 from purgatory.service._openapi import build_openapi, load_openapi
-from purgatory.service._state import ServiceState
-from reaper import Clock, CompletionExecutor, Reaper
+from purgatory.service._settings import Settings
+from reaper import Clock
+from tests.service.fake_kafka import FakeBroker, FakeTransport
 
 EPOCH_MS = 1_763_780_400_000  # 2025-11-22T03:00:00Z
 SCOPE = "ingest@2026-11-22"
@@ -30,71 +30,62 @@ class Harness:
         self,
         client: AsyncPurgatoryClient,
         http: httpx.AsyncClient,
-        state: ServiceState,
-        clock: Clock,
+        service: Service,
+        broker: FakeBroker,
     ) -> None:
         self.client = client
         self.http = http
-        self.state = state
-        self.clock = clock
-        self.delivered: list[Outcome] = []
+        self.service = service
+        self.state = service.state
+        self.clock = service.clock
+        self.broker = broker
+
+    @property
+    def delivered(self) -> list[str]:
+        """The op_ids of the callbacks the broker acknowledged, in order."""
+        return [json.loads(r.value or b"")["op_id"] for r in self.broker.records(CALLBACKS)]
+
+
+CALLBACKS = "purgatory.callbacks"
 
 
 @asynccontextmanager
 async def running(
     *, token: str | None = None, max_pending_per_scope: int = 1_000, max_request_bytes: int = 20_000
 ) -> AsyncIterator[Harness]:
-    clock = Clock(offset_ms=EPOCH_MS)
-    executor = CompletionExecutor(clock)
-
-    def wake(deadline_ms: int) -> None:
-        reaper.wake_if_earlier(deadline_ms)  # bound below: the reaper needs the engine first
-
-    def wake_now() -> None:
-        reaper.wake()
-
-    state = ServiceState(
-        lambda emit: Engine(
-            EngineConfig(max_pending_per_scope=max_pending_per_scope),
-            start_ms=clock.now_ms(),
-            emit=emit,
-        ),
-        now_ms=clock.now_ms,
+    """The service's parts over the in-memory broker, HTTP through ASGI, in virtual time."""
+    settings = Settings.from_env(
+        {},
+        max_pending_per_scope=max_pending_per_scope,
+        max_request_bytes=max_request_bytes,
+        max_keys_per_operation=5,
+        max_batch=10,
+        max_wait_ms=120_000,
         max_deadline_ahead_ms=86_400_000,
-        wake=wake,
-        wake_now=wake_now,
+        topic_partitions=1,
     )
-    reaper = Reaper(state.engine, executor, clock)
-    app = build_app(
-        state,
-        HttpConfig(
-            limits=Limits(max_keys_per_operation=5),
-            max_request_bytes=max_request_bytes,
-            max_batch=10,
-            max_wait_ms=120_000,
-            api_token=token,
-            ready=lambda: True,
-            metrics=lambda: (b"# metrics\n", "text/plain; version=0.0.4"),
-            openapi=load_openapi(),
-        ),
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(executor.run)
-        await nursery.start(reaper.run)
-        async with (
-            AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
-            httpx.AsyncClient(base_url="http://api", transport=transport) as http,
-        ):
-            harness = Harness(client, http, state, clock)
-
-            def deliver(outcome: Outcome) -> None:
-                harness.delivered.append(outcome)
-                state.delivered(outcome)
-
-            nursery.start_soon(_pump_outbox, state, executor, deliver)
-            yield harness
-        nursery.cancel_scope.cancel()
+    broker = FakeBroker({t: 1 for t in topics_of(settings)})
+    fake = FakeTransport(broker)
+    topics = [settings.topic_requests, settings.topic_signals]
+    async with (
+        fake.open_sink() as sink,
+        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
+    ):
+        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink)
+        if token is not None:
+            service.app = build_app(service.state, replace(service.http_config, api_token=token))
+        transport = httpx.ASGITransport(app=service.app)
+        service.ready = True
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.executor.run)
+            await nursery.start(service.outbox.run)
+            await nursery.start(service.reaper.run)
+            async with (
+                AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
+                httpx.AsyncClient(base_url="http://api", transport=transport) as http,
+            ):
+                yield Harness(client, http, service, broker)
+            nursery.cancel_scope.cancel()
 
 
 async def test_barrier_completes_through_http_and_wait_returns_the_outcome(
@@ -119,7 +110,7 @@ async def test_barrier_completes_through_http_and_wait_returns_the_outcome(
         assert waited["outcome"]["signals"] == {"orders": {"rows": 10}, "users": None}
         assert waited["outcome"]["payload"] == {"job": "report"}
         await trio.testing.wait_all_tasks_blocked()
-        assert [o.op_id for o in h.delivered] == ["nightly"]  # and delivered once
+        assert h.delivered == ["nightly"]  # and delivered once
 
 
 async def test_long_poll_returns_the_expiry_exactly_at_the_deadline(
@@ -132,7 +123,8 @@ async def test_long_poll_returns_the_expiry_exactly_at_the_deadline(
         assert waited["status"] == "expired"
         assert waited["outcome"]["missing"] == ["never"]
         assert waited["outcome"]["outcome_ms"] == start + 30_000
-        assert h.clock.now_ms() == start + 30_000  # woken by the delivery, not by a poll tick
+        # Woken by the broker's acknowledgement (2 ms after the deadline), not by a poll tick.
+        assert h.clock.now_ms() == start + 30_000 + 2
 
 
 async def test_wait_times_out_as_pending_and_cancel_is_terminal(
@@ -289,7 +281,7 @@ async def test_probes_metrics_and_the_served_openapi_document(
     async with running() as h:
         assert (await h.http.get("/healthz")).json() == {"status": "ok"}
         assert (await h.http.get("/readyz")).json() == {"ready": True}
-        assert (await h.http.get("/metrics")).text.startswith("# metrics")
+        assert "purgatory_ready 1.0" in (await h.http.get("/metrics")).text
         assert (await h.http.get("/openapi.json")).json() == load_openapi()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections import defaultdict
 from contextlib import AbstractAsyncContextManager
@@ -12,7 +11,7 @@ import trio
 
 from purgatory._core import ConfigError, TransportError, UsageError
 from purgatory.service import _kafka
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._kafka import (
     ConsumedRecord,
     KafkaClientConfig,
@@ -32,13 +31,6 @@ def _name(prefix: str) -> str:
 
 def _config(broker: EmbeddedBroker) -> KafkaClientConfig:
     return KafkaClientConfig(bootstrap_servers=broker.bootstrap_servers, client_id="test")
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port  # nothing listens once the socket is closed
 
 
 def _all_partitions(topic: str) -> list[tuple[str, int]]:
@@ -236,7 +228,7 @@ async def test_sink_flush_raises_when_the_broker_goes_away() -> None:
 
 
 async def test_clients_on_a_closed_port_fail_fast_with_transport_error() -> None:
-    config = KafkaClientConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}")
+    config = KafkaClientConfig(bootstrap_servers=f"127.0.0.1:{free_port()}")
     with trio.fail_after(10):
         with pytest.raises(TransportError, match="cannot reach Kafka at"):
             async with open_kafka_sink(config, connect_timeout_ms=500):
@@ -249,7 +241,7 @@ async def test_clients_on_a_closed_port_fail_fast_with_transport_error() -> None
 
 
 async def test_bad_arguments_are_usage_errors_naming_them() -> None:
-    config = KafkaClientConfig(bootstrap_servers=f"127.0.0.1:{_closed_port()}")
+    config = KafkaClientConfig(bootstrap_servers=f"127.0.0.1:{free_port()}")
     with pytest.raises(UsageError, match="group_id"):
         async with open_kafka_source(config, topics=["t"], group_id=None):
             pass

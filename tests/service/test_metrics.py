@@ -17,6 +17,7 @@ from purgatory.service._metrics import (
     WAIT_BUCKETS_S,
     Metrics,
 )
+from purgatory.service._outbox_stats import OutboxStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
 
 ENGINE = EngineStatistics(
@@ -47,6 +48,9 @@ EXECUTOR = ExecutorStatistics(
     max_lag_ms=1_500,
     total_lag_ms=2_000,
     accepting=True,
+)
+OUTBOX = OutboxStatistics(
+    queued=5, in_flight=2, delivered=9, dead_lettered=1, retries=0, commits=3, commit_failures=0
 )
 REAPER = ReaperStatistics(
     wakeups=10,
@@ -88,6 +92,7 @@ class Fakes:
             reaper_stats=lambda: self.reaper,
             consumer_lag=lambda: dict(self.lag),
             ready=lambda: self.ready,
+            outbox_stats=lambda: OUTBOX,
         )
 
 
@@ -137,7 +142,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 29
+    assert len(metrics.names()) == 32
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
@@ -205,13 +210,18 @@ def test_before_bind_only_info_and_not_ready() -> None:
 def test_dead_letter_series_exist_at_zero_from_the_start() -> None:
     metrics = Metrics()
     metrics.expect_dead_letters(["req", "sig"])
+    metrics.expect_dead_letters(["cb"], reasons=("undeliverable",))
     samples = scrape(metrics)
+    name = "purgatory_records_dead_lettered_total"
     for topic in ("req", "sig"):
-        for reason in DEAD_LETTER_REASONS:
-            name = "purgatory_records_dead_lettered_total"
+        for reason in ("invalid", "refused"):
             assert value(samples, name, topic=topic, reason=reason) == 0
+    assert value(samples, name, topic="cb", reason="undeliverable") == 0
+    assert set(DEAD_LETTER_REASONS) == {"invalid", "refused", "undeliverable"}
     metrics.dead_lettered("sig", "invalid")
     assert value(scrape(metrics), name, topic="sig", reason="invalid") == 1
+    with pytest.raises(UsageError, match="reason must be one of"):
+        metrics.expect_dead_letters(["cb"], reasons=("lost",))
 
 
 def test_the_process_memory_is_exported() -> None:
@@ -230,6 +240,7 @@ def test_a_failing_source_loses_only_its_gauges() -> None:
         reaper_stats=lambda: REAPER,
         consumer_lag=dict,
         ready=lambda: True,
+        outbox_stats=lambda: OUTBOX,
     )
     samples = scrape(metrics)
     assert "purgatory_pending_operations" not in samples

@@ -251,9 +251,18 @@ def test_secrets_never_show() -> None:
             "PURGATORY_MAX_PENDING_PER_SCOPE: must not exceed PURGATORY_MAX_PENDING (10), got 11",
         ),
         (
-            {"PURGATORY_MAX_PAYLOAD_BYTES": "2048", "PURGATORY_MAX_RECORD_BYTES": "2048"},
+            {
+                "PURGATORY_MAX_PAYLOAD_BYTES": "2048",
+                "PURGATORY_MAX_RECORD_BYTES": "2048",
+                "PURGATORY_MAX_SIGNAL_BYTES_PER_OPERATION": "1024",
+            },
             "PURGATORY_MAX_PAYLOAD_BYTES: must be less than PURGATORY_MAX_RECORD_BYTES (2048),"
             " got 2048",
+        ),
+        (
+            {"PURGATORY_MAX_RECORD_BYTES": "4096", "PURGATORY_MAX_PAYLOAD_BYTES": "1024"},
+            "PURGATORY_MAX_SIGNAL_BYTES_PER_OPERATION: must be less than"
+            " PURGATORY_MAX_RECORD_BYTES (4096), got 524288",
         ),
     ],
 )

@@ -7,7 +7,6 @@ return almost nothing.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from purgatory._codec import encode_callback
 from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
+from purgatory.service._broker import free_port
 from spark_bridge._callbacks_source import (
     SCHEMA,
     CallbacksDataSource,
@@ -318,9 +318,7 @@ def test_missing_bootstrap_servers_is_named(source: SparkSession) -> None:
 
 
 def test_an_unreachable_broker_is_named(source: SparkSession) -> None:
-    with socket.socket() as probe:  # a loopback port that nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens on it
     read = source.read.format(_FORMAT).option("bootstrap_servers", f"127.0.0.1:{port}") \
         .option("connect_timeout_ms", "2000")  # fmt: skip
     with pytest.raises(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from purgatory._codec import SignalRecord, WatermarkRecord, decode_signal
+from purgatory.service._broker import free_port
 from spark_bridge import SignalsDataSource
 from tests.spark_bridge._support import failure, read_records
 from tests.spark_bridge._support import writer as sink_writer
@@ -146,9 +146,7 @@ def test_a_missing_bootstrap_servers_option_is_named(spark: SparkSession) -> Non
 
 
 def test_an_unreachable_broker_is_named_within_seconds(spark: SparkSession) -> None:
-    with socket.socket() as probe:  # a loopback port that nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens on it
     df = spark.createDataFrame([("s", "k")], "scope string, key string")
     save = writer(df, f"127.0.0.1:{port}", "purgatory.signals", connect_timeout_ms="2000").save
     started = time.monotonic()  # noqa: TID251 - the bound is the point of this test

@@ -1,0 +1,122 @@
+"""The intake (service layer): consumed records in, decoded, applied; dead letters and commits out.
+
+Each consumed batch is applied record by record through the one state machine (the outcomes it
+decides go to the outbox as they are decided). A record that does not decode, breaks a limit or
+that the state refuses is queued as a dead letter with the reason, in the same order. After the
+batch, a commit marker with the offsets it reached follows everything it caused, so the outbox
+commits them only once all of it is acknowledged. The intake never waits for a commit: it waits
+only for room in the outbox (back-pressure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from purgatory._codec import (
+    Limits,
+    RecordError,
+    decode_requests_record,
+    decode_signal,
+    encode_dead_letter,
+)
+from purgatory._core import SizeLimitError, UsageError
+from purgatory.service._kafka_config import ConsumedRecord
+from purgatory.service._logging import get_logger
+from purgatory.service._metrics import Metrics
+from purgatory.service._outbox import Outbox
+from purgatory.service._state import ServiceState
+from purgatory.service._transport import RecordSource
+
+__all__ = ["run_intake"]
+
+_log = get_logger()
+
+
+async def run_intake(
+    source: RecordSource,
+    state: ServiceState,
+    outbox: Outbox,
+    *,
+    requests_topic: str,
+    signals_topic: str,
+    limits: Limits,
+    metrics: Metrics | None = None,
+) -> None:
+    """Apply consumed batches until the source ends (or this task is cancelled)."""
+    decoders: dict[str, Callable[[bytes, Limits], object]] = {
+        requests_topic: decode_requests_record,
+        signals_topic: decode_signal,
+    }
+    async for batch in source.receive:
+        offsets: dict[tuple[str, int], int] = {}
+        counts: dict[str, int] = {}
+        for record in batch:
+            offsets[(record.topic, record.partition)] = record.offset + 1
+            counts[record.topic] = counts.get(record.topic, 0) + 1
+            refused = _apply(record, state, decoders[record.topic], limits)
+            if refused is not None:
+                _dead_letter(outbox, record, *refused)
+                invalid_registration = (
+                    refused[2] == "invalid"
+                    and record.topic == requests_topic
+                    and _is_registration(record)
+                )
+                if metrics is not None and invalid_registration:
+                    metrics.registration("invalid")
+        if metrics is not None:
+            for topic, count in counts.items():
+                metrics.records_consumed(topic, count)
+        outbox.put_commit(offsets)
+        await outbox.wait_for_room()
+
+
+def _apply(
+    record: ConsumedRecord,
+    state: ServiceState,
+    decode: Callable[[bytes, Limits], object],
+    limits: Limits,
+) -> tuple[str, str | None, str] | None:
+    """Apply one consumed record; the (reason, field, metric reason) to dead-letter it, or None."""
+    try:
+        item = decode(record.value if record.value is not None else b"", limits)
+    except RecordError as exc:
+        return (str(exc), exc.field, "invalid")
+    scope = getattr(item, "scope", None)
+    if record.key is not None and scope is not None and record.key != scope.encode():
+        return ("key: the message key must be the record's scope", "key", "invalid")
+    try:
+        state.apply(item)  # type: ignore[arg-type]
+    except SizeLimitError as exc:  # the callback would outgrow its record: bad input
+        return (str(exc), exc.field, "invalid")
+    except UsageError as exc:  # a conflict, a limit, a deadline out of range
+        _log.warning("record_refused", topic=record.topic, offset=record.offset, error=str(exc))
+        return (str(exc), None, "refused")
+    return None
+
+
+def _is_registration(record: ConsumedRecord) -> bool:
+    """Whether an invalid record of the requests topic was meant as a registration (for
+    ``purgatory_registrations_total{result="invalid"}``): it names the type ``register``."""
+    value = record.value or b""
+    return b'"register"' in value[:4096]
+
+
+def _dead_letter(
+    outbox: Outbox, record: ConsumedRecord, reason: str, field: str | None, label: str
+) -> None:
+    def letter(max_value_bytes: int) -> bytes:
+        return encode_dead_letter(
+            reason=reason,
+            field=field,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
+            max_value_bytes=max_value_bytes,
+        )
+
+    outbox.put_dead_letter(
+        letter(65_536), record.key, source_topic=record.topic, reason=label, fallback=letter(0)
+    )

@@ -1,0 +1,455 @@
+"""The outbox (service layer): outcomes out to the broker by acknowledgement, offsets after them.
+
+Theory of operation
+-------------------
+Everything the service must write goes through one ordered queue: the callback of each decided
+outcome, the dead letter of each refused input record, and, after the records of each consumed
+batch, a *commit marker* with the offsets that batch reached. Puts are synchronous (the state
+machine and the intake call them with no ``await`` in between), so the queue's order is the order
+in which things were decided.
+
+Three tasks drain it:
+
+1. the *sender* takes what is queued (up to ``chunk`` entries) and submits one work per chunk to
+   the :class:`~reaper.CompletionExecutor`, the single lane where callbacks run in order; the work
+   encodes the chunk, hands its records to the sink in one hop and passes the sink's
+   :class:`Delivery` to
+2. the *acknowledger*, which awaits deliveries strictly in order. A record the broker
+   acknowledged is *delivered*: only now are the metrics counted, the ``op wait`` waiters woken
+   and the log line written. A refused record is settled alone, never affecting another: retried
+   with backoff while retrying can help (forever for the configured topics, for at most
+   ``reply_to_timeout_ms`` for a client's ``reply_to`` topic), otherwise dead-lettered with the
+   reason (a dead letter too large is sent again without its value). A commit marker reached by
+   the acknowledger therefore has every record before it acknowledged, and goes to
+3. the *committer*, which commits the latest offsets per partition, coalescing markers that
+   arrive while a commit is under way (commits never block the intake, and one round trip
+   covers many batches under load, one batch at low rates).
+
+So an input offset is committed only after every outcome and dead letter it caused is
+acknowledged by the broker: a crash at any point loses nothing acknowledged, and at worst makes
+the broker redeliver inputs whose outcomes were already sent (at-least-once).
+
+Shutdown: :meth:`Outbox.close` refuses further puts; :meth:`Outbox.run` drains the queue, every
+delivery and the last commit, then returns. The caller bounds that with a deadline: what is not
+acknowledged by then is reported by :meth:`Outbox.statistics` (``queued + in_flight``).
+
+Worked example: a batch of two signals completes operation A and holds a malformed record R.
+The queue is ``[callback(A), dead_letter(R), commit({signals/0: 12})]``. The sender hands
+callback(A) and dead_letter(R) to the sink in one batch; the broker acknowledges the dead letter
+but refuses callback(A) as too large; the acknowledger dead-letters callback(A) alone (reason
+``MessageSizeTooLargeError``), and once that dead letter is acknowledged, the committer commits
+offset 12.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from purgatory._codec import encode_callback, encode_dead_letter
+from purgatory._core import Outcome, OutcomeKind, TimeDomain, TransportError
+from purgatory.service._logging import get_logger, logs_enabled
+from purgatory.service._metrics import Metrics
+from purgatory.service._outbox_stats import OutboxStatistics
+from purgatory.service._transport import Delivery, OutRecord, RecordSink, SendFailure
+from reaper import Clock, CompletionExecutor
+
+__all__ = ["Outbox", "OutboxStatistics", "due_ms"]
+
+_log = get_logger()
+
+_BACKOFF_FIRST_MS = 100
+_BACKOFF_MAX_MS = 5_000
+_IN_FLIGHT_CHUNKS = 64
+
+
+def due_ms(outcome: Outcome) -> int:
+    """When an outcome's callback was due: its outcome time, or its registration if later.
+
+    An operation registered with a deadline already past is due when it arrives, not at its
+    deadline: the client's lateness is not the service's lag.
+    """
+    return max(outcome.outcome_ms, outcome.registered_ms)
+
+
+@dataclass(slots=True)
+class _Ref:
+    """One record to send and what to do once it is acknowledged."""
+
+    record: OutRecord
+    outcome: Outcome | None = None  # a callback's outcome
+    source_topic: str | None = None  # a dead letter's input topic
+    reason: str = ""  # a dead letter's metric reason
+    fallback: OutRecord | None = None  # the same dead letter without the value
+
+
+_Entry = Outcome | _Ref | dict[tuple[str, int], int]
+
+
+class Outbox:
+    """Sends outcomes and dead letters in order, by acknowledgement; commits offsets after them.
+
+    Args:
+        sink: where records go.
+        executor: the completion lane that hands chunks to the sink, one at a time.
+        clock: for lateness, lag and retry backoff.
+        callbacks_topic: where a callback goes unless its operation names ``reply_to``.
+        dead_letters_topic: where refused records go.
+        max_record_bytes: a callback larger than this is dead-lettered without being sent.
+        commit: commits consumed offsets (None: nothing is committed, e.g. without Kafka).
+        on_delivered: called with each outcome once its callback is acknowledged (or
+            dead-lettered).
+        metrics: where deliveries are counted (None: nowhere).
+        capacity: entries queued before :meth:`wait_for_room` makes producers wait.
+        chunk: the most entries one work hands to the sink.
+        reply_to_timeout_ms: how long a callback to a client's ``reply_to`` topic is retried
+            before it is dead-lettered.
+    """
+
+    def __init__(
+        self,
+        sink: RecordSink,
+        executor: CompletionExecutor,
+        clock: Clock,
+        *,
+        callbacks_topic: str,
+        dead_letters_topic: str,
+        max_record_bytes: int,
+        commit: Callable[[Mapping[tuple[str, int], int]], Awaitable[None]] | None = None,
+        on_delivered: Callable[[Outcome], None] = lambda _outcome: None,
+        metrics: Metrics | None = None,
+        capacity: int = 10_000,
+        chunk: int = 1_000,
+        reply_to_timeout_ms: int = 30_000,
+    ) -> None:
+        self._sink = sink
+        self._executor = executor
+        self._clock = clock
+        self._callbacks_topic = callbacks_topic
+        self._dead_letters_topic = dead_letters_topic
+        self._max_record_bytes = max_record_bytes
+        self._commit = commit
+        self._on_delivered = on_delivered
+        self._metrics = metrics
+        self._capacity = capacity
+        self._chunk = chunk
+        self._reply_to_timeout_ms = reply_to_timeout_ms
+        self._queue: deque[_Entry] = deque()
+        self._queued_records = 0
+        self._wakeup = trio.Event()
+        self._room = trio.Event()
+        self._closed = False
+        self._in_flight_send, self._in_flight_receive = trio.open_memory_channel[
+            tuple[Delivery, list[_Ref], dict[tuple[str, int], int]]
+        ](_IN_FLIGHT_CHUNKS)
+        self._in_flight = 0
+        self._delivered = 0
+        self._dead_lettered = 0
+        self._retries = 0
+        self._pending_commit: dict[tuple[str, int], int] = {}
+        self._commit_wakeup = trio.Event()
+        self._commits = 0
+        self._commit_failures = 0
+        self._acknowledged_all = False
+
+    # -- puts (synchronous, in decision order) -------------------------------------------------
+
+    def put(self, outcomes: Sequence[Outcome]) -> None:
+        """Queue the callbacks of ``outcomes``, in order.
+
+        Raises:
+            trio.ClosedResourceError: the outbox was closed.
+        """
+        if outcomes:
+            self._check_open()
+            self._queue.extend(outcomes)
+            self._queued_records += len(outcomes)
+            self._wakeup.set()
+
+    def put_dead_letter(
+        self, value: bytes, key: bytes | None, *, source_topic: str, reason: str, fallback: bytes
+    ) -> None:
+        """Queue the dead letter of an input record of ``source_topic``.
+
+        Args:
+            value: the encoded dead letter.
+            key: its key (the input record's).
+            source_topic: the topic the input was read from (the metric's label).
+            reason: the metric's reason label.
+            fallback: the same dead letter without the input's value, sent if the broker
+                refuses ``value`` as too large.
+        """
+        self._check_open()
+        topic = self._dead_letters_topic
+        self._queue.append(
+            _Ref(
+                OutRecord(topic, key, value),
+                None,
+                source_topic,
+                reason,
+                OutRecord(topic, key, fallback),
+            )
+        )
+        self._queued_records += 1
+        self._wakeup.set()
+
+    def put_commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` once everything queued before them is acknowledged."""
+        if offsets:
+            self._check_open()
+            self._queue.append(dict(offsets))
+            self._wakeup.set()
+
+    async def wait_for_room(self) -> None:
+        """Wait while more than ``capacity`` records are queued (back-pressure for producers)."""
+        while self._queued_records > self._capacity and not self._closed:
+            self._room = trio.Event()
+            await self._room.wait()
+        await trio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        """Refuse further puts; :meth:`run` drains what is queued and returns."""
+        self._closed = True
+        self._wakeup.set()
+        self._room.set()
+
+    def statistics(self) -> OutboxStatistics:
+        """A frozen record of the outbox's counts."""
+        return OutboxStatistics(
+            queued=self._queued_records,
+            in_flight=self._in_flight,
+            delivered=self._delivered,
+            dead_lettered=self._dead_lettered,
+            retries=self._retries,
+            commits=self._commits,
+            commit_failures=self._commit_failures,
+        )
+
+    # -- the tasks ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send, acknowledge and commit until closed and drained."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_sender)
+            nursery.start_soon(self._run_acknowledger)
+            nursery.start_soon(self._run_committer)
+            task_status.started()
+
+    async def _run_sender(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    break
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+                continue
+            chunk = self._take_chunk()
+            due = min((due_ms(e) for e in chunk if isinstance(e, Outcome)), default=None)
+            await self._executor.submit(
+                functools.partial(self._hand_over, chunk),
+                due_ms=due if due is not None else self._clock.now_ms(),
+            )
+        # Runs after every hand-over before it, on the same lane.
+        await self._executor.submit(self._in_flight_send.close, due_ms=self._clock.now_ms())
+
+    def _take_chunk(self) -> list[_Entry]:
+        queue, chunk = self._queue, []
+        records = 0
+        while queue and records < self._chunk:
+            entry = queue.popleft()
+            chunk.append(entry)
+            records += not isinstance(entry, dict)
+        self._queued_records -= records
+        if self._queued_records <= self._capacity:
+            self._room.set()
+        return chunk
+
+    async def _hand_over(self, chunk: list[_Entry]) -> None:
+        """The executor's work: encode a chunk and hand its records to the sink in one hop."""
+        refs: list[_Ref] = []
+        records: list[OutRecord] = []
+        offsets: dict[tuple[str, int], int] = {}
+        oversized: list[tuple[_Ref, SendFailure]] = []
+        for entry in chunk:
+            if isinstance(entry, dict):
+                offsets.update(entry)
+                continue
+            if isinstance(entry, Outcome):
+                topic = entry.reply_to or self._callbacks_topic
+                value = encode_callback(entry)
+                ref = _Ref(OutRecord(topic, entry.scope.encode(), value), entry)
+                if len(value) > self._max_record_bytes:
+                    reason = f"{len(value)} bytes, over max_record_bytes ({self._max_record_bytes})"
+                    oversized.append((ref, SendFailure(reason, retriable=False)))
+                    continue
+            else:
+                ref = entry
+            refs.append(ref)
+            records.append(ref.record)
+        self._in_flight += len(refs) + len(oversized)
+        delivery = await self._sink.send_batch(records)
+        await self._in_flight_send.send((delivery, refs, offsets))
+        for ref, failure in oversized:  # settled after the chunk, in the acknowledger's order
+            await self._in_flight_send.send((_Settled([failure]), [ref], {}))
+
+    async def _run_acknowledger(self) -> None:
+        async with self._in_flight_receive:
+            async for delivery, refs, offsets in self._in_flight_receive:
+                results = await delivery.results()
+                for ref, failure in zip(refs, results, strict=True):
+                    if failure is None:
+                        self._acknowledged(ref)
+                    else:
+                        await self._settle(ref, failure)
+                    self._in_flight -= 1
+                if offsets:
+                    self._pending_commit.update(offsets)
+                    self._commit_wakeup.set()
+        self._acknowledged_all = True
+        self._commit_wakeup.set()
+
+    async def _run_committer(self) -> None:
+        attempt = 0
+        while True:
+            if not self._pending_commit:
+                if self._acknowledged_all:
+                    return
+                self._commit_wakeup = trio.Event()
+                await self._commit_wakeup.wait()
+                continue
+            offsets, self._pending_commit = self._pending_commit, {}
+            if self._commit is None:
+                continue
+            try:
+                await self._commit(offsets)
+            except TransportError as exc:
+                # Not a loss: the inputs are redelivered at worst. Retry with the later offsets.
+                self._commit_failures += 1
+                _log.warning("offset_commit_failed", error=str(exc))
+                self._pending_commit = offsets | self._pending_commit
+                await trio.sleep(_backoff_ms(attempt) / 1000)
+                attempt += 1
+                continue
+            attempt = 0
+            self._commits += 1
+
+    # -- acknowledgement and settlement ---------------------------------------------------------
+
+    def _acknowledged(self, ref: _Ref) -> None:
+        outcome, metrics = ref.outcome, self._metrics
+        if outcome is None:  # an input's dead letter
+            self._dead_lettered += 1
+            if metrics is not None and ref.source_topic is not None:
+                metrics.dead_lettered(ref.source_topic, ref.reason)
+            return
+        self._delivered += 1
+        if metrics is not None:
+            now_ms = self._clock.now_ms()
+            metrics.records_produced(ref.record.topic)
+            metrics.outcome(outcome, now_ms=now_ms)
+            if (
+                outcome.outcome is OutcomeKind.EXPIRED
+                and outcome.time_domain is TimeDomain.PROCESSING_TIME
+            ):
+                metrics.reaper_lateness(max(0, now_ms - due_ms(outcome)))
+        self._on_delivered(outcome)
+        if logs_enabled("debug"):
+            _log.debug(
+                "operation_" + outcome.outcome.value,
+                op_id=outcome.op_id,
+                scope=outcome.scope,
+                sequence=outcome.sequence,
+                late=outcome.late,
+            )
+        if outcome.outcome is OutcomeKind.EXPIRED and outcome.late:
+            _log.warning("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
+
+    async def _settle(self, ref: _Ref, failure: SendFailure) -> None:
+        """Retry a refused record while that can help; otherwise dead-letter it, alone."""
+        topic = ref.record.topic
+        configured = topic in (self._callbacks_topic, self._dead_letters_topic)
+        give_up_ms = None if configured else self._clock.now_ms() + self._reply_to_timeout_ms
+        attempt = 0
+        record = ref.record
+        while True:
+            if not failure.retriable:
+                if ref.outcome is None and ref.fallback is not None and record is not ref.fallback:
+                    record = ref.fallback  # the input's dead letter, without the input's value
+                elif ref.outcome is not None:
+                    await self._dead_letter_callback(ref, failure)
+                    return
+                else:
+                    _log.error("dead_letter_lost", topic=topic, reason=failure.reason)
+                    return
+            elif give_up_ms is not None and self._clock.now_ms() >= give_up_ms:
+                await self._dead_letter_callback(ref, failure)
+                return
+            else:
+                await trio.sleep(_backoff_ms(attempt) / 1000)
+                attempt += 1
+            self._retries += 1
+            [failure_or_none] = await (await self._sink.send_batch([record])).results()
+            if failure_or_none is None:
+                self._acknowledged(ref)
+                return
+            failure = failure_or_none
+
+    async def _dead_letter_callback(self, ref: _Ref, failure: SendFailure) -> None:
+        outcome = ref.outcome
+        assert outcome is not None
+        record = ref.record
+        _log.error(
+            "callback_dead_lettered",
+            op_id=outcome.op_id,
+            scope=outcome.scope,
+            topic=record.topic,
+            reason=failure.reason,
+        )
+
+        def letter(max_value_bytes: int) -> OutRecord:
+            value = encode_dead_letter(
+                reason=f"callback not delivered to topic {record.topic!r}: {failure.reason}",
+                field=None,
+                topic=record.topic,
+                partition=-1,
+                offset=-1,
+                timestamp_ms=outcome.outcome_ms,
+                key=record.key,
+                value=record.value,
+                max_value_bytes=max_value_bytes,
+            )
+            return OutRecord(self._dead_letters_topic, record.key, value)
+
+        if self._metrics is not None:
+            self._metrics.callback_error()
+        dead = _Ref(letter(min(65_536, self._max_record_bytes // 2)), None, record.topic,
+                    "undeliverable", letter(0))  # fmt: skip
+        [failure_or_none] = await (await self._sink.send_batch([dead.record])).results()
+        if failure_or_none is None:
+            self._acknowledged(dead)
+        else:
+            await self._settle(dead, failure_or_none)
+        self._on_delivered(outcome)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the outbox is closed")
+
+
+class _Settled:
+    """A delivery already decided (a callback refused before it was sent)."""
+
+    def __init__(self, results: list[SendFailure | None]) -> None:
+        self._results = results
+
+    async def results(self) -> list[SendFailure | None]:
+        await trio.lowlevel.checkpoint()
+        return self._results
+
+
+def _backoff_ms(attempt: int) -> int:
+    return min(_BACKOFF_MAX_MS, _BACKOFF_FIRST_MS << min(attempt, 16))

@@ -1,0 +1,112 @@
+"""The Kafka seam (service layer): what the service needs from a broker, as protocols.
+
+The service reads batches of :class:`ConsumedRecord` from a :class:`RecordSource`, commits their
+offsets there, and writes :class:`OutRecord` batches to a :class:`RecordSink`, which answers each
+batch with a :class:`Delivery`: one result per record, known once the broker acknowledged or
+refused it. A :class:`Transport` opens both. The kafka-python implementation is
+:class:`KafkaTransport`; tests use an in-memory one that can fail on cue (a send refused, a
+delivery that fails, a commit that fails), so every crash point can be tried under virtual time.
+
+Errors of a sink are per record, never per topic or per batch: a refused record cannot take any
+other record with it. A :class:`SendFailure` says whether retrying can help (``retriable``: a
+timeout, a leader change, a broker away) or not (a record too large, a topic that does not
+exist, an authorization failure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from purgatory.service._kafka_config import ConsumedRecord
+
+__all__ = [
+    "Delivery",
+    "OutRecord",
+    "RecordSink",
+    "RecordSource",
+    "SendFailure",
+    "Transport",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """One record to produce."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendFailure:
+    """Why the broker (or the client) did not take a record, and whether a retry can help."""
+
+    reason: str
+    retriable: bool
+
+
+class Delivery(Protocol):
+    """The acknowledgements of one batch handed to a sink."""
+
+    async def results(self) -> list[SendFailure | None]:
+        """Wait until every record of the batch is acknowledged or refused.
+
+        Returns:
+            One entry per record, in the batch's order: None when the broker acknowledged it.
+        """
+        ...
+
+
+class RecordSink(Protocol):
+    """Where records go."""
+
+    async def send_batch(self, records: Sequence[OutRecord]) -> Delivery:
+        """Hand ``records`` to the producer (waits while its queue is full); returns at once
+        with the :class:`Delivery` that will tell each record's fate."""
+        ...
+
+
+class RecordSource(Protocol):
+    """Where records come from.
+
+    Attributes:
+        receive: batches of records in poll order (per-partition order is kept).
+    """
+
+    receive: trio.MemoryReceiveChannel[list[ConsumedRecord]]
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``{(topic, partition): next offset to read}`` and wait for the broker.
+
+        Raises:
+            TransportError: the commit failed.
+        """
+        ...
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records behind each assigned partition's end, as of the last poll."""
+        ...
+
+    def assignment(self) -> frozenset[tuple[str, int]]:
+        """The partitions held now."""
+        ...
+
+
+class Transport(Protocol):
+    """Opens the service's source and sink."""
+
+    def open_source(
+        self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
+    ) -> AbstractAsyncContextManager[RecordSource]:
+        """A source of ``topics`` for ``group_id`` (or the explicit ``assignment``)."""
+        ...
+
+    def open_sink(self) -> AbstractAsyncContextManager[RecordSink]:
+        """A sink; on exit it has handed over every record sent to it."""
+        ...

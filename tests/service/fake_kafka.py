@@ -1,0 +1,195 @@
+"""An in-memory broker behind the service's Kafka seam, that can fail or crash on cue.
+
+:class:`FakeBroker` holds topics as lists of records per partition and the group's committed
+offsets. :class:`FakeTransport` opens a source and a sink over it that behave as the kafka-python
+ones do, in trio and in virtual time: the source polls every millisecond and hands batches over a
+bounded channel; the sink acknowledges each batch after ``ack_delay_s``, record by record.
+
+Faults, all deterministic:
+
+* ``refuse``: a function deciding, per record, a :class:`SendFailure` (too large, retriable);
+* ``fail_commits``: how many of the next commits raise ``TransportError``;
+* ``stall``: while cleared, nothing is acknowledged (a stalled broker);
+* ``crash_at``: at that step (every poll handing a batch, send, acknowledgement and commit is a
+  step, counted in ``steps``), the scope given in ``crash_scope`` is cancelled, which is what a
+  SIGKILL does to everything the service held in memory; the broker keeps what it acknowledged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+from purgatory._core import TransportError
+from purgatory.service._kafka_config import ConsumedRecord
+from purgatory.service._transport import OutRecord, SendFailure
+
+__all__ = ["FakeBroker", "FakeTransport"]
+
+
+@dataclass
+class FakeBroker:
+    """Topics in memory, the group's committed offsets, and the faults to inject."""
+
+    partitions: Mapping[str, int]
+    refuse: Callable[[OutRecord], SendFailure | None] = lambda _record: None
+    fail_commits: int = 0
+    crash_at: int | None = None
+    crash_scope: trio.CancelScope | None = None
+    steps: int = 0
+    log: list[str] = field(default_factory=list)
+    topics: dict[str, list[list[ConsumedRecord]]] = field(init=False)
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    stall: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        self.topics = {t: [[] for _ in range(n)] for t, n in self.partitions.items()}
+        self.stall.set()
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        return zlib.crc32(key or b"") % len(self.topics[topic])
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None) -> ConsumedRecord:
+        """Write a record as a producer would (tests feed inputs this way)."""
+        partition = self.partition_for(topic, key)
+        records = self.topics[topic][partition]
+        record = ConsumedRecord(topic, partition, len(records), key, value, 1_000)
+        records.append(record)
+        return record
+
+    def records(self, topic: str) -> list[ConsumedRecord]:
+        """Every record of ``topic``, partition by partition."""
+        return [r for part in self.topics[topic] for r in part]
+
+    def step(self, what: str) -> None:
+        self.steps += 1
+        self.log.append(what)
+        if self.crash_at is not None and self.steps == self.crash_at:
+            assert self.crash_scope is not None
+            self.crash_scope.cancel()
+
+
+class _Delivery:
+    def __init__(self, size: int) -> None:
+        self.results_: list[SendFailure | None] = [None] * size
+        self.done = trio.Event()
+
+    async def results(self) -> list[SendFailure | None]:
+        await self.done.wait()
+        return self.results_
+
+
+class FakeSink:
+    def __init__(
+        self, broker: FakeBroker, send: trio.MemorySendChannel[tuple[list[OutRecord], _Delivery]]
+    ) -> None:
+        self._broker = broker
+        self._send = send
+        self.sent = 0
+
+    async def send_batch(self, records: Sequence[OutRecord]) -> _Delivery:
+        self._broker.step("send")
+        delivery = _Delivery(len(records))
+        self.sent += len(records)
+        await self._send.send((list(records), delivery))
+        return delivery
+
+
+class FakeSource:
+    def __init__(
+        self,
+        broker: FakeBroker,
+        receive: trio.MemoryReceiveChannel[list[ConsumedRecord]],
+        assigned: list[tuple[str, int]],
+    ) -> None:
+        self._broker = broker
+        self.receive = receive
+        self._assigned = assigned
+        self.positions: dict[tuple[str, int], int] = {}
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        broker = self._broker
+        broker.step("commit")
+        await trio.sleep(0.001)  # a round trip
+        if broker.fail_commits:
+            broker.fail_commits -= 1
+            raise TransportError("commit refused (injected)")
+        for tp, offset in offsets.items():
+            if offset > broker.committed.get(tp, 0):
+                broker.committed[tp] = offset
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        topics = self._broker.topics
+        return {
+            (t, p): len(topics[t][p]) - self.positions.get((t, p), 0) for t, p in self._assigned
+        }
+
+    def assignment(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self._assigned)
+
+
+@dataclass
+class FakeTransport:
+    """Opens a :class:`FakeSource` and a :class:`FakeSink` over ``broker``."""
+
+    broker: FakeBroker
+    ack_delay_s: float = 0.002
+    max_batch: int = 500
+
+    @asynccontextmanager
+    async def open_source(
+        self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
+    ) -> AsyncIterator[FakeSource]:
+        broker = self.broker
+        assigned = assignment or [(t, p) for t in topics for p in range(len(broker.topics[t]))]
+        send, receive = trio.open_memory_channel[list[ConsumedRecord]](4)
+        source = FakeSource(broker, receive, assigned)
+        for tp in assigned:
+            source.positions[tp] = broker.committed.get(tp, 0)
+
+        async def poll() -> None:
+            async with send:
+                while True:
+                    batch: list[ConsumedRecord] = []
+                    for tp in assigned:
+                        log = broker.topics[tp[0]][tp[1]]
+                        start = source.positions[tp]
+                        taken = log[start : start + self.max_batch - len(batch)]
+                        batch += taken
+                        source.positions[tp] = start + len(taken)
+                    if batch:
+                        await send.send(batch)
+                        broker.step("poll")
+                    else:
+                        await trio.sleep(0.001)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            yield source
+            nursery.cancel_scope.cancel()
+
+    @asynccontextmanager
+    async def open_sink(self) -> AsyncIterator[FakeSink]:
+        broker = self.broker
+        send, receive = trio.open_memory_channel[tuple[list[OutRecord], _Delivery]](1_000)
+
+        async def acknowledge() -> None:
+            async for records, delivery in receive:
+                await trio.sleep(self.ack_delay_s)
+                await broker.stall.wait()
+                for index, record in enumerate(records):
+                    failure = broker.refuse(record)
+                    if failure is None:
+                        broker.append(record.topic, record.key, record.value)
+                    delivery.results_[index] = failure
+                    broker.step("ack")
+                delivery.done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acknowledge)
+            yield FakeSink(broker, send)
+            send.close()
