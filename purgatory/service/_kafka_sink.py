@@ -54,9 +54,14 @@ class SinkStatistics:
 class KafkaDelivery:
     """The acknowledgements of one batch, filled in by kafka-python's I/O thread."""
 
-    __slots__ = ("_done", "_lock", "_remaining", "_results", "_token")
+    __slots__ = ("_done", "_lock", "_remaining", "_results", "_token", "report_at_flush")
 
-    def __init__(self, size: int, token: trio.lowlevel.TrioToken) -> None:
+    def __init__(
+        self, size: int, token: trio.lowlevel.TrioToken, *, report_at_flush: bool = False
+    ) -> None:
+        #: whether failures are also reported by the next ``flush`` (for ``send``, whose
+        #: callers do not read the delivery)
+        self.report_at_flush = report_at_flush
         self._results: list[SendFailure | None] = [None] * size
         self._remaining = size
         self._lock = threading.Lock()
@@ -229,9 +234,10 @@ class _ProducerThread:
             failure = SendFailure(failure.reason, retriable=True)
         with self._lock:
             self._failed += 1
-            self._unreported += 1
-            if self._first_error is None:
-                self._first_error = failure.reason
+            if delivery.report_at_flush:
+                self._unreported += 1
+                if self._first_error is None:
+                    self._first_error = failure.reason
         delivery.resolve(index, failure)
 
 
@@ -243,8 +249,13 @@ class KafkaSink:
         self._thread = thread
         self._token = trio.lowlevel.current_trio_token()
 
-    async def send_batch(self, records: Sequence[OutRecord]) -> KafkaDelivery:
+    async def send_batch(
+        self, records: Sequence[OutRecord], *, report_at_flush: bool = False
+    ) -> KafkaDelivery:
         """Queue ``records`` for the producer in one hop; waits while the queue is full.
+
+        Their failures are reported by the returned delivery only (also by the next
+        :meth:`flush` with ``report_at_flush``).
 
         Returns:
             The delivery that tells each record's fate once the broker answered.
@@ -258,7 +269,7 @@ class KafkaSink:
             key, value = record.key, record.value
             if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
                 raise UsageError("key and value must be bytes (key may be None)")
-        delivery = KafkaDelivery(len(records), self._token)
+        delivery = KafkaDelivery(len(records), self._token, report_at_flush=report_at_flush)
         if records:
             await self._send.send(_Batch(records, delivery))
         return delivery
@@ -266,17 +277,20 @@ class KafkaSink:
     async def send(self, topic: str, key: bytes | None, value: bytes) -> KafkaDelivery:
         """Queue one record for the producer; waits while the queue is full.
 
+        A failure is reported by the returned delivery and by the next :meth:`flush`.
+
         Raises:
             UsageError: ``topic`` is empty, or ``key``/``value`` are not bytes.
         """
-        return await self.send_batch([OutRecord(topic, key, value)])
+        return await self.send_batch([OutRecord(topic, key, value)], report_at_flush=True)
 
     async def flush(self) -> None:
         """Wait until every record sent before this call is acknowledged or has failed.
 
         Raises:
-            TransportError: at least one record sent since the previous flush was not
-                delivered (the message counts them and shows the first error).
+            TransportError: at least one record queued with :meth:`send` since the previous
+                flush was not delivered (the message counts them and shows the first error);
+                ``send_batch`` callers read each record's fate from its delivery instead.
         """
         marker = _Flush(trio.Event())
         await self._send.send(marker)
