@@ -548,6 +548,7 @@ def test_the_templates_refuse_inconsistent_values(values: dict[str, Any], messag
         ({"topic_callbacks": "purgatory.signals"}, "topic_callbacks"),
         ({"max_pending_per_scope": 500_001}, "max_pending_per_scope"),
         ({"max_payload_bytes": 1_048_576}, "max_payload_bytes"),
+        ({"max_signal_bytes_per_operation": 1_048_576}, "max_signal_bytes_per_operation"),
     ],
 )
 def test_the_templates_refuse_what_the_service_would_refuse_at_start(

@@ -139,6 +139,9 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- if ge (int64 $cfg.max_payload_bytes) (int64 $cfg.max_record_bytes) }}
 {{- fail (printf "config.max_payload_bytes: must be less than config.max_record_bytes (%d), got %d" (int64 $cfg.max_record_bytes) (int64 $cfg.max_payload_bytes)) }}
 {{- end }}
+{{- if ge (int64 $cfg.max_signal_bytes_per_operation) (int64 $cfg.max_record_bytes) }}
+{{- fail (printf "config.max_signal_bytes_per_operation: must be less than config.max_record_bytes (%d), got %d" (int64 $cfg.max_record_bytes) (int64 $cfg.max_signal_bytes_per_operation)) }}
+{{- end }}
 {{- if and .Values.kafka.tls.existingSecret (not (has $protocol (list "SSL" "SASL_SSL"))) }}
 {{- fail (printf "kafka.tls.existingSecret: only used with config.kafka_security_protocol SSL or SASL_SSL, got %s" $protocol) }}
 {{- end }}
