@@ -43,7 +43,8 @@ async def _serve(
     settings: Settings = SETTINGS,
     services: list[Service] | None = None,
 ) -> None:
-    fake = FakeTransport(broker)
+    # Small polls: more batches, so more commits and more crash points between them.
+    fake = FakeTransport(broker, max_batch=4)
     topics = [settings.topic_requests, settings.topic_signals]
     async with (
         fake.open_sink() as sink,
