@@ -8,12 +8,17 @@ polling and waits: back-pressure reaches the broker instead of piling up in memo
 
 Offsets are never committed automatically: the service applies a record, makes the change durable,
 then calls ``commit``, which hands the offsets to the consumer thread and waits for the broker's
-answer. The thread serves commits between polls, and also while it waits for room in the channel,
-so a task that reads the channel and commits can never deadlock against it.
+answer. The thread starts commits between polls, and also while it waits for room in the channel,
+so a task that reads the channel and commits can never deadlock against it. It starts them with
+``commit_async``: a commit's round trip never holds up the next poll (a blocking commit per
+batch added its round trip to every signal's latency). The answer reaches the waiting trio task
+through the run's ``TrioToken``, from whichever kafka-python thread delivers it; commits still in
+flight when the consumer closes fail, so nobody waits forever.
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -45,7 +50,9 @@ _COMMIT_TIMEOUT_MS = 30_000
 class _CommitRequest:
     offsets: dict[tuple[str, int], int]
     done: trio.Event
+    token: trio.lowlevel.TrioToken
     error: TransportError | None = None
+    finished: bool = False
 
 
 class _SeekToBeginningOnce(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -86,6 +93,7 @@ class _ConsumerThread:
         self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
+        self._in_flight_requests: dict[int, _CommitRequest] = {}
         self._next_offsets: dict[Any, int] = {}
         # Published by the thread, read by trio: each is replaced whole, never mutated.
         self.lag: dict[tuple[str, int], int] = {}
@@ -186,18 +194,30 @@ class _ConsumerThread:
                 TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
                 for (t, p), o in request.offsets.items()
             }
+            with self._lock:
+                self._in_flight_requests[id(request)] = request
             try:
-                consumer.commit(offsets, timeout_ms=_COMMIT_TIMEOUT_MS)
+                consumer.commit_async(offsets, callback=functools.partial(self._answered, request))
             except KafkaError as exc:
-                group = self._kwargs.get("group_id")
-                request.error = TransportError(
-                    f"commit of {request.offsets} for group {group!r} failed: {exc}"
-                )
-            trio.from_thread.run_sync(request.done.set)
+                self._answered(request, offsets, exc)
             try:
                 request = self._commits.get_nowait()
             except queue.Empty:
                 return
+
+    def _answered(self, request: _CommitRequest, _offsets: object, response: object) -> None:
+        """The broker's answer to a commit (any kafka-python thread)."""
+        with self._lock:
+            if request.finished:
+                return
+            request.finished = True
+            self._in_flight_requests.pop(id(request), None)
+        if isinstance(response, BaseException):
+            group = self._kwargs.get("group_id")
+            request.error = TransportError(
+                f"commit of {request.offsets} for group {group!r} failed: {response}"
+            )
+        request.token.run_sync_soon(request.done.set)
 
     def _publish(self, consumer: Any) -> None:
         lag: dict[tuple[str, int], int] = {}
@@ -220,6 +240,13 @@ class _ConsumerThread:
     def _fail_pending_commits(self) -> None:
         with self._lock:
             self._closed = True
+            unanswered = list(self._in_flight_requests.values())
+        for request in unanswered:
+            self._answered(
+                request,
+                None,
+                TransportError("the Kafka consumer stopped before the commit's answer"),
+            )
         while True:
             try:
                 request = self._commits.get_nowait()
@@ -257,7 +284,7 @@ class KafkaSource:
             raise UsageError("commit needs a source opened with a group_id")
         if any(offset < 0 for offset in offsets.values()):
             raise UsageError(f"offsets must be >= 0, got {dict(offsets)}")
-        request = _CommitRequest(dict(offsets), trio.Event())
+        request = _CommitRequest(dict(offsets), trio.Event(), trio.lowlevel.current_trio_token())
         self._thread.request_commit(request)
         await request.done.wait()
         if request.error is not None:
