@@ -28,9 +28,11 @@ check: $(STAMP)
 
 test: check
 
-## Benchmarks beside their baselines; writes docs/bench-results.json and the plot.
+## Benchmarks beside their baselines: the timer and the purgatory, then the service through
+## Kafka beside a bare pipe and a bare hop on the same broker (FULL sizes: several minutes on
+## 2 cores); writes docs/bench-results.json, the plot and docs/bench-service.json.
 bench: $(STAMP)
-	$(BIN)/python -m tests.benchmarks.run
+	$(BIN)/python -m tests.benchmarks.run --service
 
 ## The Spark bridge through the real broker and the service; writes docs/bench-spark.json.
 bench-spark: $(STAMP)

@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from purgatory._codec import WatermarkRecord, decode_callback, decode_signal
 from tests.benchmarks.bench_service import (
     Arrival,
+    bench_kafka_hop,
     bench_latency,
+    bench_pipe,
     bench_throughput,
     nth_arrival_ns,
     percentile,
+    pipe_output,
+    signal_value,
     tally,
 )
 
@@ -69,6 +74,18 @@ def test_tally_counts_duplicates_strangers_and_missing_operations() -> None:
     assert tally([(1, b"s0", _callback("o0", "k0", outcome="expired"))], 1, WARMUP).not_completed
 
 
+def test_the_pipe_output_is_the_callback_the_service_would_send() -> None:
+    value = pipe_output(decode_signal(signal_value("s3", "k42", '{"t":7}')), 9)
+    callback = decode_callback(value)
+    assert callback["op_id"] == "o42" and callback["scope"] == "s3"
+    assert callback["outcome"] == "completed" and callback["keys"] == ["k42"]
+    assert callback["signals"] == {"k42": '{"t":7}'}
+    counts = tally([(1, b"s3", value)], 43, WARMUP)
+    assert counts.distinct_ops == 1 and counts.unexpected == counts.duplicates == 0
+    with pytest.raises(RuntimeError):
+        pipe_output(WatermarkRecord("s0", 5), 0)  # the benchmark sends no watermarks
+
+
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 0.50) == 50
@@ -100,3 +117,23 @@ def test_paced_signals_each_complete_one_operation_with_a_real_latency(
     assert result.without_send_time == 0  # every callback carried its signal's send time
     assert 0 <= result.min_ms <= result.p50_ms <= result.p90_ms <= result.p99_ms <= result.max_ms
     assert result.achieved_per_s > 0
+
+
+def test_the_pipe_baseline_pipes_every_signal_exactly_once(broker: EmbeddedBroker) -> None:
+    result = bench_pipe(broker, 1_000)
+    assert result.signals == 1_000
+    assert result.outputs == result.distinct_ops == 1_000
+    assert result.duplicates == result.unexpected == result.not_completed == result.missing == 0
+    assert result.piped == 1_000 + 200  # the warm-up's signals too
+    assert result.end_to_end_s > 0 and result.produce_s > 0
+    assert math.isfinite(result.signals_per_s) and result.signals_per_s > 0
+    assert result.pipe_cpu_s > 0  # the pipe did the work, in its own process
+
+
+def test_the_hop_baseline_receives_every_record_once_with_a_real_latency(
+    broker: EmbeddedBroker,
+) -> None:
+    result = bench_kafka_hop(broker, 500, 1.0, linger_ms=5, fetch_max_wait_ms=5)
+    assert (result.linger_ms, result.fetch_max_wait_ms) == (5, 5)
+    assert result.records == result.received == result.distinct == 500
+    assert 0 <= result.p50_ms <= result.p90_ms <= result.p99_ms <= result.max_ms
