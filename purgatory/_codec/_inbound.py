@@ -5,12 +5,17 @@ its record: size, UTF-8, JSON syntax, object; then ``v``, ``type``, unknown fiel
 field in the order of the format, with the limits; then the rules between fields (checked by the
 record's constructor). Encoding is the exact inverse: ``decode(encode(x)) == x`` for every
 record whose payload is canonical JSON text (as every decoded record's is).
+
+Each decoder first tries the fast path (``_fastpath``), which builds the usual good record in
+one pass or declines; the ``full_*`` functions here are the reference it must agree with, and
+the only source of errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from purgatory._codec._fastpath import fast_request, fast_signal
 from purgatory._codec._json import (
     MISSING,
     dumps,
@@ -41,6 +46,9 @@ __all__ = [
     "encode_request",
     "encode_signal",
     "envelope",
+    "full_request",
+    "full_requests_record",
+    "full_signal",
     "message_key",
 ]
 
@@ -160,6 +168,15 @@ def decode_request(data: bytes | Mapping[str, object], limits: Limits = DEFAULT_
     Raises:
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
+    record = fast_request(data, limits, _REQUEST_TYPES)
+    if record is None:
+        return full_request(data, limits)
+    assert not isinstance(record, WatermarkRecord)
+    return record
+
+
+def full_request(data: bytes | Mapping[str, object], limits: Limits = DEFAULT_LIMITS) -> Request:
+    """:func:`decode_request` without the fast path: every check, in the documented order."""
     obj = parse_object(data, limits.max_record_bytes)
     return _request(obj, envelope(obj, _REQUEST_TYPES), limits)
 
@@ -198,6 +215,14 @@ def decode_requests_record(
     Raises:
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
+    record = fast_request(data, limits, _REQUESTS_TOPIC_TYPES)
+    return full_requests_record(data, limits) if record is None else record
+
+
+def full_requests_record(
+    data: bytes | Mapping[str, object], limits: Limits = DEFAULT_LIMITS
+) -> Request | WatermarkRecord:
+    """:func:`decode_requests_record` without the fast path."""
     obj = parse_object(data, limits.max_record_bytes)
     kind = envelope(obj, _REQUESTS_TOPIC_TYPES)
     if kind == "watermark":
@@ -220,6 +245,12 @@ def decode_signal(
     Raises:
         RecordError: (a BadRecordError) whose message starts with the field's path.
     """
+    record = fast_signal(data, limits, _SIGNAL_TYPES)
+    return full_signal(data, limits) if record is None else record
+
+
+def full_signal(data: bytes | Mapping[str, object], limits: Limits = DEFAULT_LIMITS) -> SignalInput:
+    """:func:`decode_signal` without the fast path."""
     obj = parse_object(data, limits.max_record_bytes)
     if envelope(obj, _SIGNAL_TYPES) == "watermark":
         return _watermark(obj, limits)

@@ -8,12 +8,20 @@ and are then rejected by the field's check: no field accepts a float.
 A payload is kept as its *canonical* text, ``json.dumps(value, separators=(",", ":"),
 ensure_ascii=False)``: the same JSON value always gives the same text, whatever spacing it
 arrived with, so it can be stored, compared and spliced back into an outgoing record as is.
+
+:func:`scan_record` is the decoders' cheap first try (see ``_fastpath``): the C scanner alone,
+without a hook per object, on the record as Kafka usually carries it. Repeated names are then
+found by counting: in JSON text without a backslash every string is its own literal text, so
+each ``:`` is either inside a string or separates one object member; the text's ``:`` count
+equals the decoded value's members plus the ``:`` in its strings exactly when no member was
+dropped by a repeated name. The caller, who knows the record's strings, makes that comparison.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from json.scanner import make_scanner
 from typing import Any
 
 from purgatory._codec._records import RecordError
@@ -28,6 +36,7 @@ __all__ = [
     "parse_object",
     "payload_text",
     "payload_value",
+    "scan_record",
     "show",
 ]
 
@@ -35,8 +44,27 @@ MISSING: Any = object()
 _ENCODER = json.JSONEncoder(
     separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
 )
+
+
+def _make_dumps() -> Callable[[object], str]:
+    # JSONEncoder.encode builds a new C encoder on every call, which costs more than the
+    # encoding of a small payload; this one is built once, with the same arguments.
+    try:
+        from _json import encode_basestring, make_encoder  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - a Python without the C accelerator
+        return _ENCODER.encode
+    encode = make_encoder(
+        None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def dumps(value: object) -> str:
+        return "".join(encode(value, 0))
+
+    return dumps
+
+
 #: ``dumps(value) -> str``: canonical, compact JSON; one call of the C encoder.
-dumps = _ENCODER.encode
+dumps = _make_dumps()
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
 
 
@@ -58,6 +86,8 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_object)
+_SCAN_UNIQUE = make_scanner(_DECODER)  # type: ignore[arg-type]  # the stub wants a scanner
+_SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
 def json_type(value: object) -> str:
@@ -113,6 +143,36 @@ def parse_object(data: object, max_record_bytes: int) -> Mapping[str, object]:
     if not isinstance(obj, Mapping):
         raise RecordError(None, f"expected a JSON object, got {json_type(obj)}")
     return obj
+
+
+def scan_record(data: object, max_record_bytes: int) -> tuple[dict[str, Any], int | None] | None:
+    """The JSON object of a usual record, cheaply; or None to leave it to :func:`parse_object`.
+
+    Takes only bytes of UTF-8 JSON text that is one object with no whitespace around it. Never
+    raises: a record it cannot vouch for is None, and :func:`parse_object` says what is wrong.
+
+    Returns:
+        The object, and the number of ``:`` in the text: the caller must check that it is
+        ``len(obj)`` plus the ``:`` in the canonical text of every value (the names, known
+        fields, hold none; see the module docstring), else a member was dropped by a repeated
+        name. None instead of a number when the text holds a backslash: then repeated names
+        were checked while parsing.
+    """
+    if type(data) is not bytes or len(data) > max_record_bytes:
+        return None
+    try:
+        text = data.decode("utf-8")
+        if "\\" in text:
+            obj, end = _SCAN_UNIQUE(text, 0)
+            colons = None
+        else:
+            obj, end = _SCAN(text, 0)
+            colons = text.count(":")
+    except (ValueError, StopIteration, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if end != len(text) or type(obj) is not dict:
+        return None
+    return obj, colons
 
 
 def canonical_json(value: object) -> str:
