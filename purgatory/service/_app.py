@@ -101,6 +101,7 @@ def kafka_transport(settings: Settings) -> KafkaTransport:
         kafka_config(settings),
         linger_ms=settings.kafka_linger_ms,
         max_request_bytes=settings.max_record_bytes + 4096,
+        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
     )
 
 

@@ -35,18 +35,24 @@ class KafkaTransport:
         config: how to reach the brokers.
         linger_ms: how long the producer waits to fill a batch.
         max_request_bytes: the largest record the producer sends.
+        fetch_max_wait_ms: how long the broker may hold a fetch with no new data.
     """
 
     config: KafkaClientConfig
-    linger_ms: int = 5
+    linger_ms: int = 0
     max_request_bytes: int = 1_048_576
+    fetch_max_wait_ms: int = 10
 
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
     ) -> AbstractAsyncContextManager[KafkaSource]:
         """A consumer thread over ``topics`` (group or explicit ``assignment``)."""
         return open_kafka_source(
-            self.config, topics=topics, group_id=group_id, assignment=assignment
+            self.config,
+            topics=topics,
+            group_id=group_id,
+            assignment=assignment,
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
         )
 
     def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:

@@ -307,7 +307,7 @@ class KafkaSink:
 async def open_kafka_sink(
     config: KafkaClientConfig,
     *,
-    linger_ms: int = 5,
+    linger_ms: int = 0,
     max_in_flight: int = 1_000,
     max_request_bytes: int = 1_048_576,
     delivery_timeout_ms: int = 120_000,
@@ -321,7 +321,9 @@ async def open_kafka_sink(
 
     Args:
         config: how to reach the brokers.
-        linger_ms: how long the producer waits to fill a batch.
+        linger_ms: how long the producer waits to fill a batch. 0 by default: ``send_batch``
+            hands a whole batch over in one hop, so records batch without waiting, and a wait
+            would only add latency (measured: lower p99 and no loss of throughput).
         max_in_flight: batches queued between trio and the producer thread (back-pressure).
         max_request_bytes: the largest record the producer sends (larger ones fail alone,
             not retriable).

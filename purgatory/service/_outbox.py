@@ -21,9 +21,11 @@ Three tasks drain it:
    ``reply_to_timeout_ms`` for a client's ``reply_to`` topic), otherwise dead-lettered with the
    reason (a dead letter too large is sent again without its value). A commit marker reached by
    the acknowledger therefore has every record before it acknowledged, and goes to
-3. the *committer*, which commits the latest offsets per partition, coalescing markers that
-   arrive while a commit is under way (commits never block the intake, and one round trip
-   covers many batches under load, one batch at low rates).
+3. the *committer*, which commits the latest offsets per partition, at most once per
+   ``commit_interval_ms`` and coalescing every marker that arrived meanwhile: commits never block
+   the intake or any callback, and their cost does not grow with the number of small batches a
+   low rate makes (a crash redelivers at most that interval's inputs, whose callbacks were
+   already sent: duplicates, never losses). Shutdown commits at once.
 
 So an input offset is committed only after every outcome and dead letter it caused is
 acknowledged by the broker: a crash at any point loses nothing acknowledged, and at worst makes
@@ -108,6 +110,7 @@ class Outbox:
         chunk: the most entries one work hands to the sink.
         reply_to_timeout_ms: how long a callback to a client's ``reply_to`` topic is retried
             before it is dead-lettered.
+        commit_interval_ms: the least time between two offset commits.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class Outbox:
         capacity: int = 10_000,
         chunk: int = 1_000,
         reply_to_timeout_ms: int = 30_000,
+        commit_interval_ms: int = 100,
     ) -> None:
         self._sink = sink
         self._executor = executor
@@ -138,11 +142,13 @@ class Outbox:
         self._capacity = capacity
         self._chunk = chunk
         self._reply_to_timeout_ms = reply_to_timeout_ms
+        self._commit_interval_ms = commit_interval_ms
         self._queue: deque[_Entry] = deque()
         self._queued_records = 0
         self._wakeup = trio.Event()
         self._room = trio.Event()
         self._closed = False
+        self._closing = trio.Event()
         self._in_flight_send, self._in_flight_receive = trio.open_memory_channel[
             tuple[Delivery, list[_Ref], dict[tuple[str, int], int]]
         ](_IN_FLIGHT_CHUNKS)
@@ -214,6 +220,7 @@ class Outbox:
     def close(self) -> None:
         """Refuse further puts; :meth:`run` drains what is queued and returns."""
         self._closed = True
+        self._closing.set()
         self._wakeup.set()
         self._room.set()
 
@@ -314,6 +321,7 @@ class Outbox:
 
     async def _run_committer(self) -> None:
         attempt = 0
+        next_ms = 0
         while True:
             if not self._pending_commit:
                 if self._acknowledged_all:
@@ -321,6 +329,10 @@ class Outbox:
                 self._commit_wakeup = trio.Event()
                 await self._commit_wakeup.wait()
                 continue
+            if not self._closed and self._clock.now_ms() < next_ms:
+                with trio.move_on_at(self._clock.to_trio_seconds(next_ms)):
+                    await self._closing.wait()  # wait out the interval, unless shutting down
+            next_ms = self._clock.now_ms() + self._commit_interval_ms
             offsets, self._pending_commit = self._pending_commit, {}
             if self._commit is None:
                 continue

@@ -362,7 +362,19 @@ class Settings:
         1024, 1, 1 << 24, "Batches the completion executor queues before intake waits."
     )
     kafka_linger_ms: int = _int(
-        5, 0, 1_000, "How long the producer waits to fill a batch of callbacks, in ms."
+        0,
+        0,
+        1_000,
+        "How long the producer waits to fill a batch of callbacks, in ms (the callbacks of"
+        " one poll reach it together, so 0 batches them without adding latency).",
+    )
+    kafka_fetch_max_wait_ms: int = _int(
+        10,
+        0,
+        60_000,
+        "How long the broker may hold a fetch with no new data, in ms: on the embedded broker"
+        " it bounds signal latency; a real Kafka answers as data arrives (raise it to save"
+        " idle CPU).",
     )
     reply_to_timeout_ms: int = _int(
         30_000,

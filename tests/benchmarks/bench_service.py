@@ -17,7 +17,8 @@ the CPU seconds each of them used are reported beside the figures.
    that reads the same ``N`` signal records (produced the same way to a signals topic of its
    own, with as many partitions), decodes each with :func:`purgatory._codec.decode_signal`,
    encodes one callback per signal (:func:`purgatory._codec.encode_callback`) and produces it
-   with the service's producer settings (linger 5 ms); its rate is measured the same way.
+   with the service's default client settings (``PURGATORY_KAFKA_LINGER_MS``,
+   ``PURGATORY_KAFKA_FETCH_MAX_WAIT_MS``); its rate is measured the same way.
 2. **Latency at a fixed rate**: a paced producer sends signals at ``rate`` per second, each
    completing one pre-registered operation and carrying its send time (``perf_counter_ns``) in
    its payload, which comes back in the callback's ``signals``. The latency of a signal is the
@@ -132,9 +133,9 @@ class ServiceBenchConfig:
     hop_duration_s: float = 5.0
     hop_rate_per_s: int = 1_000
     hops: tuple[tuple[int, int], ...] = ((5, 5),)
-    pipe_fetch_max_wait_ms: int = 10
+    pipe_fetch_max_wait_ms: int = Settings().kafka_fetch_max_wait_ms
     pipe_max_poll_records: int = 500
-    pipe_linger_ms: int = 5
+    pipe_linger_ms: int = Settings().kafka_linger_ms
     partitions: int = 2
     scopes: int = 8
 
@@ -632,7 +633,7 @@ class PipeProcess(_ChildProcess):
         *,
         fetch_max_wait_ms: int = 10,
         max_poll_records: int = 500,
-        linger_ms: int = 5,
+        linger_ms: int = 0,
     ) -> None:
         spec = _PipeSpec(
             bootstrap, source, sink, partitions, fetch_max_wait_ms, max_poll_records, linger_ms
@@ -899,7 +900,7 @@ def bench_pipe(
     scopes: int = 8,
     fetch_max_wait_ms: int = 10,
     max_poll_records: int = 500,
-    linger_ms: int = 5,
+    linger_ms: int = 0,
 ) -> PipeResult:
     """Measurement 1's baseline (see the module's documentation): the same signals, produced
     the same way, piped by :class:`PipeProcess` from a signals topic of its own to an output
