@@ -312,3 +312,21 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
     return found
+
+
+async def test_commits_are_coalesced_to_one_per_interval_and_shutdown_commits_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    _workload(broker)  # 44 records, 4 a poll: a dozen batches within a few milliseconds
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve, broker, stop)
+        await trio.sleep(0.05)  # within the first 100 ms interval
+        stop.set()
+    polls, commits = broker.log.count("poll"), broker.log.count("commit")
+    assert polls >= 8
+    assert commits <= 2  # the first batch's, then the rest together at shutdown
+    for topic in (REQUESTS, SIGNALS):
+        for p, log in enumerate(broker.topics[topic]):
+            assert broker.committed.get((topic, p), 0) == len(log)
