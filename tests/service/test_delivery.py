@@ -318,7 +318,7 @@ async def test_commits_are_coalesced_to_one_per_interval_and_shutdown_commits_at
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     broker = _broker()
-    _workload(broker)  # 44 records, 4 a poll: a dozen batches within a few milliseconds
+    _workload(broker)  # 36 records, 4 a poll: nine batches within a few milliseconds
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_serve, broker, stop)
