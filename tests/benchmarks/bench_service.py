@@ -806,6 +806,43 @@ class ThroughputResult:
     loadgen_cpu_s: float
 
 
+def _timed_burst(
+    broker: EmbeddedBroker,
+    topic: str,
+    records: list[tuple[bytes, bytes]],
+    reader: CallbackReader,
+    *,
+    subject_cpu_s: Callable[[], float],
+    missing: Callable[[], str],
+) -> tuple[int, int, list[Arrival], tuple[float, ...], tuple[float, ...]]:
+    """Send ``records`` to ``topic`` as fast as the producer goes and wait until the reader
+    counted as many outputs; returns the first send's and the last send's ``perf_counter_ns``,
+    the arrivals, and the CPU seconds (subject, broker, load generator, reader) before and
+    after.
+
+    Raises:
+        RuntimeError: not every output arrived (``missing()`` says what was expected).
+    """
+    signals = len(records)
+    producer = _burst_producer(broker.bootstrap_servers)
+
+    def cpu_now() -> tuple[float, ...]:
+        return (subject_cpu_s(), _broker_cpu(broker), time.process_time(), _child_cpu(reader))
+
+    try:
+        producer.partitions_for(topic)  # metadata before the clock starts
+        cpu = cpu_now()
+        t0, produced_ns = _send_burst(producer, topic, records)
+        done = reader.wait(lambda: reader.counted >= signals, max(60.0, signals / 1_000))
+        cpu_after = cpu_now()
+    finally:
+        producer.close(5)
+    if not done:
+        raise RuntimeError(f"only {reader.counted} of {signals} {missing()}")
+    time.sleep(_SETTLE_S)
+    return t0, produced_ns, reader.finish(), cpu, cpu_after
+
+
 def bench_throughput(
     broker: EmbeddedBroker,
     signals: int,
@@ -827,26 +864,15 @@ def bench_throughput(
         register_s = register_range(http, range(signals), batch=register_batch, scopes=scopes)
         records = _signal_records(signals, scopes)
         topic = service.settings.topic_signals
-        producer = _burst_producer(broker.bootstrap_servers)
-        try:
-            producer.partitions_for(topic)  # metadata before the clock starts
-            cpu = (service.cpu_s(), _broker_cpu(broker), time.process_time(), _child_cpu(reader))
-            t0, produced_ns = _send_burst(producer, topic, records)
-            done = reader.wait(lambda: reader.counted >= signals, max(60.0, signals / 1_000))
-            cpu_after = (
-                service.cpu_s(),
-                _broker_cpu(broker),
-                time.process_time(),
-                _child_cpu(reader),
-            )
-        finally:
-            producer.close(5)
-        if not done:
-            raise RuntimeError(
-                f"only {reader.counted} of {signals} callbacks arrived; {service.log_tail()}"
-            )
-        time.sleep(_SETTLE_S)
-        arrivals = reader.finish()
+        burst = _timed_burst(
+            broker,
+            topic,
+            records,
+            reader,
+            subject_cpu_s=service.cpu_s,
+            missing=lambda: f"callbacks arrived; {service.log_tail()}",
+        )
+        t0, produced_ns, arrivals, cpu, cpu_after = burst
     end_ns = nth_arrival_ns(arrivals, signals, _WARMUP_KEY)
     counts = tally(arrivals, signals, _WARMUP_KEY)
     end_to_end_s = (end_ns - t0) / 1e9
@@ -923,26 +949,15 @@ def bench_pipe(
     ):
         _warm_up_signals(bootstrap, source, reader, lambda: f"the pipe piped {pipe.piped}")
         records = _signal_records(signals, scopes)
-        producer = _burst_producer(bootstrap)
-        try:
-            producer.partitions_for(source)  # metadata before the clock starts
-            cpu = (_child_cpu(pipe), _broker_cpu(broker), time.process_time(), _child_cpu(reader))
-            t0, produced_ns = _send_burst(producer, source, records)
-            done = reader.wait(lambda: reader.counted >= signals, max(60.0, signals / 1_000))
-            cpu_after = (
-                _child_cpu(pipe),
-                _broker_cpu(broker),
-                time.process_time(),
-                _child_cpu(reader),
-            )
-        finally:
-            producer.close(5)
-        if not done:
-            raise RuntimeError(
-                f"only {reader.counted} of {signals} outputs arrived (the pipe piped {pipe.piped})"
-            )
-        time.sleep(_SETTLE_S)
-        arrivals = reader.finish()
+        burst = _timed_burst(
+            broker,
+            source,
+            records,
+            reader,
+            subject_cpu_s=lambda: _child_cpu(pipe),
+            missing=lambda: f"outputs arrived (the pipe piped {pipe.piped})",
+        )
+        t0, produced_ns, arrivals, cpu, cpu_after = burst
         piped = pipe.finish()
     end_ns = nth_arrival_ns(arrivals, signals, _WARMUP_KEY)
     counts = tally(arrivals, signals, _WARMUP_KEY)
