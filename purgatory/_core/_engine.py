@@ -439,6 +439,26 @@ class Engine:
             self.purgatory.timer.add(op)
         return op
 
+    def _restore_pending(self, spec: OperationSpec, *, registered_ms: int) -> None:
+        """Rebuild one operation a snapshot held as pending, without checking its condition.
+
+        It was pending when the snapshot was taken, so the signals then remembered did not
+        satisfy it; a restore only ever drops remembered signals (their TTL), never adds one.
+        So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
+        operation whose deadline passed meanwhile is flagged late and expires at the next step.
+        """
+        op = _Op(self, spec, registered_ms, self._deadline_passed(spec))
+        self._ops[(spec.scope, spec.op_id)] = op
+        self._pending_by_scope[spec.scope] = self._pending_by_scope.get(spec.scope, 0) + 1
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self.keyed.register_event_time_timer(
+                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
+            )
+        if spec.keys:
+            self.purgatory._watch_restored(op, [(spec.scope, k) for k in spec.keys])
+        elif spec.time_domain is TimeDomain.PROCESSING_TIME:
+            self.purgatory.timer.add(op)
+
     def _rearm(self, op: _Op, spec: OperationSpec) -> None:
         old = op.spec
         op.spec = spec

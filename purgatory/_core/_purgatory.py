@@ -133,6 +133,20 @@ class DelayedOperationPurgatory:
                 op.cancel()
         return False
 
+    def _watch_restored(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
+        """Watch and schedule ``op`` without checking it: for operations restored from a
+        snapshot, which were pending (so not completable) when it was taken."""
+        watchers = self._watchers
+        for key in _unique_keys(keys):
+            lst = watchers.get(key)
+            if lst is None:
+                watchers[key] = [op]
+            else:
+                lst.append(op)
+            self._watched += 1
+        self._estimated_ops += 1
+        self.timer.add(op)
+
     def check_and_complete(self, key: Hashable) -> int:
         """Try to complete every operation watching ``key``; drop completed ones from its list.
 

@@ -12,13 +12,16 @@ Format, version 1::
     2 bytes                  format version, big-endian
     rest                     zlib-compressed UTF-8 JSON document
 
-Restoring at ``now_ms`` re-registers each operation: one whose deadline has passed meanwhile is
-flagged ``late`` and expires at the next steps, at most ``max_fire_per_step`` at a time.
+Restoring at ``now_ms`` rebuilds each pending operation in bulk: its spec without re-validation
+and its watch entries without the condition checks of a registration, both vouched for by the
+snapshot (see ``Engine._restore_pending``); one whose deadline has passed meanwhile is flagged
+``late`` and expires at the next steps, at most ``max_fire_per_step`` at a time.
 A snapshot of an unknown version or a damaged one raises :class:`BadRecordError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from typing import Any
@@ -95,8 +98,7 @@ def restore_engine(
                 (spec.scope, spec.op_id), done, last_access_ms=last_access, now_ms=now
             )
         for row in doc["operations"]:
-            spec = _spec(row[:-1])
-            engine._add(spec, registered_ms=row[-1], late=engine._deadline_passed(spec))
+            engine._restore_pending(_trusted_spec(row), registered_ms=row[-1])
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BadRecordError(f"snapshot: malformed document ({exc})") from exc
     return engine
@@ -149,6 +151,41 @@ def _spec(row: list[Any]) -> OperationSpec:
         reply_to=reply_to,
         timeout_ms=timeout,
     )
+
+
+_CONDITIONS = {c.value: c for c in Condition}
+_DOMAINS = {d.value: d for d in TimeDomain}
+_SPEC_FIELDS = (
+    "op_id", "scope", "keys", "deadline_ms", "condition", "count", "time_domain", "payload",
+    "reply_to", "timeout_ms",
+)  # fmt: skip
+assert tuple(f.name for f in dataclasses.fields(OperationSpec)) == _SPEC_FIELDS
+_SPEC_SETTERS = tuple(getattr(OperationSpec, name).__set__ for name in _SPEC_FIELDS)
+_new = object.__new__
+
+
+def _trusted_spec(row: list[Any]) -> OperationSpec:
+    """An operation row of a pending operation, without the constructor's checks.
+
+    The spec was validated when it was registered, and the snapshot's body is checked whole
+    (zlib's checksum) before any row is read, so re-validating a million specs on restore
+    would only cost time. A row of the wrong shape still fails (unpacking, enum lookups).
+    """
+    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout, _ = row
+    spec: OperationSpec = _new(OperationSpec)
+    (s_op_id, s_scope, s_keys, s_deadline, s_condition, s_count, s_domain, s_payload, s_reply_to,
+     s_timeout) = _SPEC_SETTERS  # fmt: skip
+    s_op_id(spec, op_id)
+    s_scope(spec, scope)
+    s_keys(spec, tuple(keys))
+    s_deadline(spec, deadline)
+    s_condition(spec, _CONDITIONS[condition])
+    s_count(spec, count)
+    s_domain(spec, _DOMAINS[domain])
+    s_payload(spec, payload)
+    s_reply_to(spec, reply_to)
+    s_timeout(spec, timeout)
+    return spec
 
 
 def _outcome_row(o: Outcome) -> list[Any]:

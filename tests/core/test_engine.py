@@ -394,3 +394,35 @@ def test_a_registration_whose_keys_already_carry_too_much_is_refused() -> None:
     assert engine.statistics().pending == 0
     one_key = OperationSpec("one", NIGHT, (KEYS[0],), deadline_ms=6_000)
     assert engine.register(one_key, now_ms=2).status is RegistrationStatus.COMPLETED
+
+
+def test_a_bulk_restore_rebuilds_what_registration_built() -> None:
+    original = Engine(start_ms=0)
+    for i in range(50):
+        keys = (f"k{i}", f"shared{i % 3}") if i % 5 else ()
+        domain = TimeDomain.EVENT_TIME if i % 7 == 0 else TimeDomain.PROCESSING_TIME
+        spec = OperationSpec(f"o{i}", f"s{i % 4}", keys, deadline_ms=1_000 + i, time_domain=domain)
+        original.register(spec, now_ms=0)
+    original.signal("s1", "shared1", now_ms=1, payload='"p"')
+    restored = restore_engine(snapshot_engine(original), now_ms=1, config=original.config)
+    mine, theirs = restored.statistics(), original.statistics()
+    assert (mine.pending, mine.watched, mine.watch_keys) == (
+        theirs.pending,
+        theirs.watched,
+        theirs.watch_keys,
+    )
+    assert restored.pending() == original.pending()
+    assert [o.op_id for o in restored.signal("s1", "k1", now_ms=2)] == ["o1"]
+    assert [o.op_id for o in original.signal("s1", "k1", now_ms=2)] == ["o1"]
+    assert restored.advance_clock(2_000) == original.advance_clock(2_000)
+
+
+def test_a_restored_operation_whose_deadline_passed_expires_late_even_if_satisfiable() -> None:
+    # Signalled at its deadline (the expiry wins), snapshotted before the expiry ran: restored,
+    # it must expire, flagged late, not complete.
+    engine = Engine(start_ms=0)
+    engine.register(OperationSpec("o", "s", ("k",), deadline_ms=100), now_ms=0)
+    assert engine.signal("s", "k", now_ms=100) == []
+    restored = restore_engine(snapshot_engine(engine), now_ms=5_000, config=engine.config)
+    [out] = restored.advance_clock(5_000)
+    assert (out.outcome, out.late, out.outcome_ms) == (OutcomeKind.EXPIRED, True, 100)
