@@ -424,17 +424,27 @@ class Engine:
             limit = self.config.max_pending_per_scope
             raise LimitError(f"max_pending_per_scope ({limit}) reached in scope {scope!r}")
 
-    def _add(self, spec: OperationSpec, *, registered_ms: int, late: bool) -> _Op:
+    def _add(
+        self, spec: OperationSpec, *, registered_ms: int, late: bool, checked: bool = True
+    ) -> _Op:
+        """Hold a new operation: index it, watch its keys, schedule its deadline.
+
+        With ``checked`` (a registration) its condition is checked before and after the watch,
+        and it may complete at once. Without (``_restore_pending``) it is watched as it is.
+        """
         op = _Op(self, spec, registered_ms, late)
-        ident = (spec.scope, spec.op_id)
-        self._ops[ident] = op
+        self._ops[(spec.scope, spec.op_id)] = op
         self._pending_by_scope[spec.scope] = self._pending_by_scope.get(spec.scope, 0) + 1
         if spec.time_domain is TimeDomain.EVENT_TIME:
             self.keyed.register_event_time_timer(
                 spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
             )
         if spec.keys:
-            self.purgatory.try_complete_else_watch(op, [(spec.scope, k) for k in spec.keys])
+            keys = [(spec.scope, k) for k in spec.keys]
+            if checked:
+                self.purgatory.try_complete_else_watch(op, keys)
+            else:
+                self.purgatory._watch_restored(op, keys)
         elif spec.time_domain is TimeDomain.PROCESSING_TIME:
             self.purgatory.timer.add(op)
         return op
@@ -447,17 +457,8 @@ class Engine:
         So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
         operation whose deadline passed meanwhile is flagged late and expires at the next step.
         """
-        op = _Op(self, spec, registered_ms, self._deadline_passed(spec))
-        self._ops[(spec.scope, spec.op_id)] = op
-        self._pending_by_scope[spec.scope] = self._pending_by_scope.get(spec.scope, 0) + 1
-        if spec.time_domain is TimeDomain.EVENT_TIME:
-            self.keyed.register_event_time_timer(
-                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
-            )
-        if spec.keys:
-            self.purgatory._watch_restored(op, [(spec.scope, k) for k in spec.keys])
-        elif spec.time_domain is TimeDomain.PROCESSING_TIME:
-            self.purgatory.timer.add(op)
+        late = self._deadline_passed(spec)
+        self._add(spec, registered_ms=registered_ms, late=late, checked=False)
 
     def _rearm(self, op: _Op, spec: OperationSpec) -> None:
         old = op.spec
