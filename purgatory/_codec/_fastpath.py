@@ -20,8 +20,7 @@ the dict accounts for: None, and the full decoder reports the repeated name.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from purgatory._codec._json import MISSING, payload_text, scan_record
@@ -37,6 +36,7 @@ from purgatory._codec._records import (
     WatermarkRecord,
 )
 from purgatory._core import MAX_TIME_MS, Condition, TimeDomain
+from purgatory._core._validate import slot_setters
 
 __all__ = ["fast_request", "fast_signal"]
 
@@ -46,22 +46,11 @@ _CONDITIONS = {c.value: c for c in Condition}
 _DOMAINS = {d.value: d for d in TimeDomain}
 
 
-def _setters(cls: type, *names: str) -> tuple[Callable[[object, object], None], ...]:
-    """The slot setters of ``cls``'s fields, which must be ``names`` in order.
-
-    They bypass the frozen ``__setattr__`` and ``__post_init__``: for values checked here,
-    normalised as ``__post_init__`` would leave them.
-    """
-    fields = tuple(field.name for field in dataclasses.fields(cls))
-    assert fields == names, f"the fast path must build {cls.__name__}{fields}"
-    return tuple(getattr(cls, name).__set__ for name in names)
-
-
 _new = object.__new__
-_SIGNAL_SET = _setters(SignalRecord, "scope", "key", "event_time_ms", "payload")
-_WATERMARK_SET = _setters(WatermarkRecord, "scope", "watermark_ms")
-_CANCEL_SET = _setters(CancelRequest, "op_id", "scope")
-_REGISTER_SET = _setters(
+_SIGNAL_SET = slot_setters(SignalRecord, "scope", "key", "event_time_ms", "payload")
+_WATERMARK_SET = slot_setters(WatermarkRecord, "scope", "watermark_ms")
+_CANCEL_SET = slot_setters(CancelRequest, "op_id", "scope")
+_REGISTER_SET = slot_setters(
     RegisterRequest,
     "op_id",
     "scope",

@@ -21,7 +21,6 @@ A snapshot of an unknown version or a damaged one raises :class:`BadRecordError`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import zlib
 from typing import Any
@@ -30,6 +29,7 @@ from purgatory._core._engine import Engine, EngineConfig, _Finished
 from purgatory._core._errors import BadRecordError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core._validate import slot_setters
 
 __all__ = ["SNAPSHOT_VERSION", "restore_engine", "snapshot_engine"]
 
@@ -159,8 +159,7 @@ _SPEC_FIELDS = (
     "op_id", "scope", "keys", "deadline_ms", "condition", "count", "time_domain", "payload",
     "reply_to", "timeout_ms",
 )  # fmt: skip
-assert tuple(f.name for f in dataclasses.fields(OperationSpec)) == _SPEC_FIELDS
-_SPEC_SETTERS = tuple(getattr(OperationSpec, name).__set__ for name in _SPEC_FIELDS)
+_SPEC_SETTERS = slot_setters(OperationSpec, *_SPEC_FIELDS)
 _new = object.__new__
 
 

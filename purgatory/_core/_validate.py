@@ -6,9 +6,12 @@ argument's name, so a caller can always tell which argument was wrong.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 from purgatory._core._errors import UsageError
 
-__all__ = ["MAX_TIME_MS", "check_ms", "check_positive_int", "check_text"]
+__all__ = ["MAX_TIME_MS", "check_ms", "check_positive_int", "check_text", "slot_setters"]
 
 #: The largest time the core accepts: 9999-12-31T23:59:59.999Z in epoch milliseconds.
 #: Anything beyond is an absurd deadline (most likely seconds or microseconds mixed up).
@@ -52,3 +55,20 @@ def check_text(name: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise UsageError(f"{name} must be a non-empty str, got {value!r}")
     return value
+
+
+def slot_setters(cls: type, *names: str) -> tuple[Callable[[object, object], None], ...]:
+    """The slot setters of a slotted dataclass's fields, which must be ``names`` in order.
+
+    For building a record whose values are already known to be valid (a decoder's fast path,
+    a restore from a snapshot) without its constructor's checks: the setters bypass the frozen
+    ``__setattr__`` and ``__post_init__``, so the values must be as ``__post_init__`` would
+    leave them. Listing the names is the guard: adding a field to ``cls`` fails here, at import,
+    until every such builder sets it.
+
+    Raises:
+        AssertionError: the fields of ``cls`` are not ``names``, in this order.
+    """
+    fields = tuple(field.name for field in dataclasses.fields(cls))
+    assert fields == names, f"a trusted builder of {cls.__name__} must set {fields}"
+    return tuple(getattr(cls, name).__set__ for name in names)
