@@ -17,7 +17,6 @@ from purgatory._codec import (
     RecordError,
     decode_requests_record,
     decode_signal,
-    encode_dead_letter,
 )
 from purgatory._core import SizeLimitError, UsageError
 from purgatory.service._kafka_config import ConsumedRecord
@@ -55,7 +54,8 @@ async def run_intake(
             counts[record.topic] = counts.get(record.topic, 0) + 1
             refused = _apply(record, state, decoders[record.topic], limits)
             if refused is not None:
-                _dead_letter(outbox, record, *refused)
+                reason, field, label = refused
+                outbox.put_dead_letter(record, reason=reason, field=field, label=label)
                 invalid_registration = (
                     refused[2] == "invalid"
                     and record.topic == requests_topic
@@ -99,24 +99,3 @@ def _is_registration(record: ConsumedRecord) -> bool:
     ``purgatory_registrations_total{result="invalid"}``): it names the type ``register``."""
     value = record.value or b""
     return b'"register"' in value[:4096]
-
-
-def _dead_letter(
-    outbox: Outbox, record: ConsumedRecord, reason: str, field: str | None, label: str
-) -> None:
-    def letter(max_value_bytes: int) -> bytes:
-        return encode_dead_letter(
-            reason=reason,
-            field=field,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            key=record.key,
-            value=record.value,
-            max_value_bytes=max_value_bytes,
-        )
-
-    outbox.put_dead_letter(
-        letter(65_536), record.key, source_topic=record.topic, reason=label, fallback=letter(0)
-    )

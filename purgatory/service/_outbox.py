@@ -52,8 +52,13 @@ from dataclasses import dataclass
 
 import trio
 
-from purgatory._codec import encode_callback, encode_dead_letter
+from purgatory._codec import (
+    DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES,
+    encode_callback,
+    encode_dead_letter,
+)
 from purgatory._core import Outcome, OutcomeKind, TimeDomain, TransportError
+from purgatory.service._kafka_config import ConsumedRecord
 from purgatory.service._logging import get_logger, logs_enabled
 from purgatory.service._metrics import Metrics
 from purgatory.service._outbox_stats import OutboxStatistics
@@ -177,29 +182,28 @@ class Outbox:
             self._wakeup.set()
 
     def put_dead_letter(
-        self, value: bytes, key: bytes | None, *, source_topic: str, reason: str, fallback: bytes
+        self, record: ConsumedRecord, *, reason: str, field: str | None, label: str
     ) -> None:
-        """Queue the dead letter of an input record of ``source_topic``.
+        """Queue the dead letter of a consumed ``record``, with why it was refused.
 
         Args:
-            value: the encoded dead letter.
-            key: its key (the input record's).
-            source_topic: the topic the input was read from (the metric's label).
-            reason: the metric's reason label.
-            fallback: the same dead letter without the input's value, sent if the broker
-                refuses ``value`` as too large.
+            record: the input record.
+            reason: what was wrong with it.
+            field: the offending field, or None.
+            label: the metric's reason label (``invalid`` or ``refused``).
         """
         self._check_open()
-        topic = self._dead_letters_topic
-        self._queue.append(
-            _Ref(
-                OutRecord(topic, key, value),
-                None,
-                source_topic,
-                reason,
-                OutRecord(topic, key, fallback),
-            )
+        full, bare = self._letters(
+            reason=reason,
+            field=field,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
         )
+        self._queue.append(_Ref(full, None, record.topic, label, bare))
         self._queued_records += 1
         self._wakeup.set()
 
@@ -422,30 +426,57 @@ class Outbox:
             reason=failure.reason,
         )
 
-        def letter(max_value_bytes: int) -> OutRecord:
-            value = encode_dead_letter(
-                reason=f"callback not delivered to topic {record.topic!r}: {failure.reason}",
-                field=None,
-                topic=record.topic,
-                partition=-1,
-                offset=-1,
-                timestamp_ms=outcome.outcome_ms,
-                key=record.key,
-                value=record.value,
-                max_value_bytes=max_value_bytes,
-            )
-            return OutRecord(self._dead_letters_topic, record.key, value)
-
         if self._metrics is not None:
             self._metrics.callback_error()
-        dead = _Ref(letter(min(65_536, self._max_record_bytes // 2)), None, record.topic,
-                    "undeliverable", letter(0))  # fmt: skip
+        full, bare = self._letters(
+            reason=f"callback not delivered to topic {record.topic!r}: {failure.reason}",
+            field=None,
+            topic=record.topic,
+            partition=-1,
+            offset=-1,
+            timestamp_ms=outcome.outcome_ms,
+            key=record.key,
+            value=record.value,
+        )
+        dead = _Ref(full, None, record.topic, "undeliverable", bare)
         [failure_or_none] = await (await self._sink.send_batch([dead.record])).results()
         if failure_or_none is None:
             self._acknowledged(dead)
         else:
             await self._settle(dead, failure_or_none)
         self._on_delivered(outcome)
+
+    def _letters(
+        self,
+        *,
+        reason: str,
+        field: str | None,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int | None,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> tuple[OutRecord, OutRecord]:
+        """A dead letter, and the same without the refused record's value (sent if the broker
+        refuses the first as too large). The value is cut to at most half a record."""
+
+        def letter(max_value_bytes: int) -> OutRecord:
+            encoded = encode_dead_letter(
+                reason=reason,
+                field=field,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                timestamp_ms=timestamp_ms,
+                key=key,
+                value=value,
+                max_value_bytes=max_value_bytes,
+            )
+            return OutRecord(self._dead_letters_topic, key, encoded)
+
+        cap = min(DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES, self._max_record_bytes // 2)
+        return letter(cap), letter(0)
 
     def _check_open(self) -> None:
         if self._closed:
