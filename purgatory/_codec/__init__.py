@@ -33,6 +33,7 @@ from purgatory._codec._outbound import (
     decode_callback,
     encode_callback,
     encode_dead_letter,
+    outcome_id,
 )
 from purgatory._codec._records import (
     CancelRequest,
@@ -69,5 +70,6 @@ __all__ = [
     "encode_request",
     "encode_signal",
     "message_key",
+    "outcome_id",
     "schema",
 ]

@@ -12,8 +12,10 @@ from; the original bytes are kept as text when they are UTF-8 and as base64 othe
 from __future__ import annotations
 
 import base64
+import re
 import sys
 from collections.abc import Mapping
+from hashlib import blake2b
 from json.encoder import encode_basestring as _str
 
 from purgatory._codec._inbound import FORMAT_VERSION, envelope
@@ -42,15 +44,32 @@ _CALLBACK_FIELDS = (
     "deadline_ms",
     "time_domain",
     "sequence",
+    "partition",
+    "id",
     "keys",
     "missing",
     "signals",
     "payload",
     "late",
 )
+_ID = re.compile(r"[0-9]+-[0-9]+-[0-9a-f]{16}")
 _CALLBACK_TYPES = {"callback": frozenset(_CALLBACK_FIELDS)}
 _OUTCOMES = {k.value for k in OutcomeKind}
 _DOMAINS = {d.value for d in TimeDomain}
+
+
+def outcome_id(outcome: Outcome) -> str:
+    """The identity of an outcome: ``<partition>-<sequence>-<digest>``.
+
+    The digest (64 bits of BLAKE2b) is of the registration the outcome answers: its scope, op_id
+    and ``registered_ms``. The partition and its sequence make it unique while the partition's
+    journal lives; the digest keeps it unique even across a journal that was lost (a broker
+    that kept nothing). Replay decides the same outcome with the same fields, so a re-sent
+    callback carries the same id.
+    """
+    o = outcome
+    seed = f"{o.scope}\0{o.op_id}\0{o.registered_ms}".encode("utf-8", "surrogatepass")
+    return f"{o.partition}-{o.sequence}-{blake2b(seed, digest_size=8).hexdigest()}"
 
 
 def encode_callback(outcome: Outcome) -> bytes:
@@ -77,7 +96,8 @@ def encode_callback(outcome: Outcome) -> bytes:
         f'"scope":{_str(o.scope)},"outcome":"{o.outcome.value}",'
         f'"registered_ms":{o.registered_ms:d},"outcome_ms":{o.outcome_ms:d},'
         f'"deadline_ms":{o.deadline_ms:d},"time_domain":"{o.time_domain.value}",'
-        f'"sequence":{o.sequence:d},"keys":[{",".join(map(_str, o.keys))}],'
+        f'"sequence":{o.sequence:d},"partition":{o.partition:d},"id":"{outcome_id(o)}",'
+        f'"keys":[{",".join(map(_str, o.keys))}],'
         f'"missing":[{",".join(map(_str, o.missing))}],"signals":{{{body}}},'
         f'"payload":{"null" if payload is None else payload},'
         f'"late":{"true" if o.late else "false"}}}'
@@ -125,6 +145,12 @@ def decode_callback(data: bytes | Mapping[str, object]) -> dict[str, object]:
         raise RecordError("sequence", f"must be an integer in [1, {_MAX_SEQUENCE}]")
     if not 1 <= sequence <= _MAX_SEQUENCE:
         raise RecordError("sequence", f"must be an integer in [1, {_MAX_SEQUENCE}]")
+    partition = obj["partition"]
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < 2**31:
+        raise RecordError("partition", "must be an integer in [0, 2147483647]")
+    ident = obj["id"]
+    if not isinstance(ident, str) or _ID.fullmatch(ident) is None:
+        raise RecordError("id", "must be '<partition>-<sequence>-<16 hex digits>'")
     keys = _strings("keys", obj["keys"])
     missing = _strings("missing", obj["missing"])
     where: dict[str, str] = {}

@@ -42,6 +42,7 @@ from purgatory._core._entries import (
     CancelEntry,
     JournalEntry,
     RegisterEntry,
+    ResumeEntry,
     SignalEntry,
     WatermarkEntry,
 )
@@ -204,6 +205,7 @@ class Engine:
         start_ms: the clock's initial time (epoch ms in the service).
         journal: called with each input before it is applied, as a typed entry
             (``purgatory._core._journal`` records and replays them); None records nothing.
+        partition: the input partition this engine serves; stamped on every outcome.
     """
 
     def __init__(
@@ -212,8 +214,10 @@ class Engine:
         *,
         start_ms: int = 0,
         journal: Callable[[JournalEntry], None] | None = None,
+        partition: int = 0,
     ) -> None:
         self.config = config if config is not None else EngineConfig()
+        self.partition = partition
         self._journal = journal
         self._now = check_ms("start_ms", start_ms)
         wheel = Timer(
@@ -359,6 +363,29 @@ class Engine:
             task.run()  # expires it, unless a signal or a cancel finished it first
         return self._take()
 
+    def resume(self, now_ms: int) -> int:
+        """After a restore: flag every pending operation overdue at ``now_ms`` late.
+
+        They expire at the next :meth:`advance_clock` to ``now_ms``, each outcome flagged
+        ``late``. Journaled, so a second restore flags the same operations.
+
+        Returns:
+            How many were flagged.
+        """
+        if self._journal is not None:
+            self._journal(ResumeEntry(check_ms("now_ms", now_ms)))
+        flagged = 0
+        for op in self._ops.values():
+            spec = op.spec
+            if (
+                not op.late
+                and spec.time_domain is TimeDomain.PROCESSING_TIME
+                and spec.deadline_ms <= now_ms
+            ):
+                op.late = True
+                flagged += 1
+        return flagged
+
     def next_expiration_ms(self) -> int | None:
         """When :meth:`advance_clock` has work next (signal and outcome expiry included)."""
         times = [
@@ -449,7 +476,9 @@ class Engine:
             self.purgatory.timer.add(op)
         return op
 
-    def _restore_pending(self, spec: OperationSpec, *, registered_ms: int) -> None:
+    def _restore_pending(
+        self, spec: OperationSpec, *, registered_ms: int, late: bool | None = None
+    ) -> None:
         """Rebuild one operation a snapshot held as pending, without checking its condition.
 
         It was pending when the snapshot was taken, so the signals then remembered did not
@@ -457,7 +486,8 @@ class Engine:
         So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
         operation whose deadline passed meanwhile is flagged late and expires at the next step.
         """
-        late = self._deadline_passed(spec)
+        if late is None:
+            late = self._deadline_passed(spec)
         self._add(spec, registered_ms=registered_ms, late=late, checked=False)
 
     def _rearm(self, op: _Op, spec: OperationSpec) -> None:
@@ -521,6 +551,7 @@ class Engine:
             payload=spec.payload,
             reply_to=spec.reply_to,
             late=late,
+            partition=self.partition,
         )
         op.outcome = outcome
         self.finished.put(ident, _Finished(spec, outcome), now_ms=self._now)

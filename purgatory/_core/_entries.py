@@ -17,6 +17,7 @@ __all__ = [
     "CancelEntry",
     "JournalEntry",
     "RegisterEntry",
+    "ResumeEntry",
     "SignalEntry",
     "WatermarkEntry",
 ]
@@ -65,4 +66,13 @@ class AdvanceEntry:
     now_ms: int
 
 
-JournalEntry = RegisterEntry | SignalEntry | WatermarkEntry | CancelEntry | AdvanceEntry
+@dataclass(frozen=True, slots=True)
+class ResumeEntry:
+    """:meth:`Engine.resume` was called: after a restore, what is overdue at ``now_ms`` is late."""
+
+    now_ms: int
+
+
+JournalEntry = (
+    RegisterEntry | SignalEntry | WatermarkEntry | CancelEntry | AdvanceEntry | ResumeEntry
+)

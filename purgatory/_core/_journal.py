@@ -14,6 +14,8 @@ entry (JSON array)                            the input
 ``["cancel", now_ms, scope, op_id]``          :meth:`Engine.cancel`
 ``["advance", now_ms]``                       :meth:`Engine.advance_clock` (and the
                                               expirations it decides)
+``["resume", now_ms]``                        :meth:`Engine.resume` (after a restore: what
+                                              is overdue then is flagged late)
 ============================================  ==============================================
 
 ``spec_row`` is the snapshot's row of an :class:`OperationSpec`. :func:`replay_journal` applies
@@ -40,6 +42,7 @@ from purgatory._core._entries import (
     CancelEntry,
     JournalEntry,
     RegisterEntry,
+    ResumeEntry,
     SignalEntry,
     WatermarkEntry,
 )
@@ -49,7 +52,7 @@ from purgatory._core._snapshot import _spec, _spec_row
 
 __all__ = ["JournalRecorder", "decode_entry", "encode_entry", "replay_journal"]
 
-_ARITY = {"register": 3, "signal": 6, "watermark": 3, "cancel": 4, "advance": 2}
+_ARITY = {"register": 3, "signal": 6, "watermark": 3, "cancel": 4, "advance": 2, "resume": 2}
 
 
 def encode_entry(entry: JournalEntry) -> list[Any]:
@@ -63,6 +66,8 @@ def encode_entry(entry: JournalEntry) -> list[Any]:
         return ["watermark", entry.scope, entry.watermark_ms]
     if isinstance(entry, CancelEntry):
         return ["cancel", entry.now_ms, entry.scope, entry.op_id]
+    if isinstance(entry, ResumeEntry):
+        return ["resume", entry.now_ms]
     return ["advance", entry.now_ms]
 
 
@@ -84,6 +89,8 @@ def decode_entry(row: list[Any]) -> JournalEntry:
             return WatermarkEntry(row[1], row[2])
         if kind == "cancel":
             return CancelEntry(row[1], row[2], row[3])
+        if kind == "resume":
+            return ResumeEntry(row[1])
         return AdvanceEntry(row[1])
     except (KeyError, TypeError, ValueError, IndexError, UsageError) as exc:
         raise BadRecordError(f"journal entry: {exc} ({row!r:.200})") from exc
@@ -154,4 +161,7 @@ def _apply(engine: Engine, entry: JournalEntry) -> list[Outcome]:
         return [outcome] if outcome is not None else []
     if isinstance(entry, AdvanceEntry):
         return engine.advance_clock(entry.now_ms)
+    if isinstance(entry, ResumeEntry):
+        engine.resume(entry.now_ms)
+        return []
     raise TypeError(f"not a journal entry: {type(entry).__name__}")

@@ -145,6 +145,8 @@ class Outcome:
         missing: the keys that never arrived (expired or cancelled).
         signals: the payloads of the satisfying signals, by key.
         late: it expired overdue, catching up after a restore.
+        partition: the input partition whose engine decided it (0 outside the service);
+            with ``sequence`` and the registration it answers it makes the outcome's identity.
     """
 
     op_id: str
@@ -161,3 +163,4 @@ class Outcome:
     payload: str | None = None
     reply_to: str | None = None
     late: bool = False
+    partition: int = 0

@@ -14,8 +14,10 @@ Format, version 1::
 
 Restoring at ``now_ms`` rebuilds each pending operation in bulk: its spec without re-validation
 and its watch entries without the condition checks of a registration, both vouched for by the
-snapshot (see ``Engine._restore_pending``); one whose deadline has passed meanwhile is flagged
-``late`` and expires at the next steps, at most ``max_fire_per_step`` at a time.
+snapshot (see ``Engine._restore_pending``). Each keeps its ``late`` flag, so a restore at the
+snapshot's own clock rebuilds exactly the state that was saved (a journal tail replayed on it then
+decides the same outcomes); restored at a later ``now_ms``, one whose deadline has passed meanwhile
+is flagged ``late`` and expires at the next steps, at most ``max_fire_per_step`` at a time.
 A snapshot of an unknown version or a damaged one raises :class:`BadRecordError`.
 """
 
@@ -42,10 +44,13 @@ def snapshot_engine(engine: Engine) -> bytes:
     now = engine.clock_ms
     doc = {
         "clock_ms": now,
+        "partition": engine.partition,
         "sequence": engine._sequence,
         "counts": {kind.value: n for kind, n in engine._counts.items()},
         "late": engine._late,
-        "operations": [[*_spec_row(op.spec), op.registered_ms] for op in engine._ops.values()],
+        "operations": [
+            [*_spec_row(op.spec), op.registered_ms, op.late] for op in engine._ops.values()
+        ],
         "signals": [
             [
                 scope,
@@ -80,7 +85,9 @@ def restore_engine(
     """
     doc = _decode(data)
     try:
-        engine = Engine(config, start_ms=max(now_ms, doc["clock_ms"]))
+        engine = Engine(
+            config, start_ms=max(now_ms, doc["clock_ms"]), partition=doc.get("partition", 0)
+        )
         now = engine.clock_ms
         engine._sequence = doc["sequence"]
         for kind in OutcomeKind:
@@ -93,12 +100,18 @@ def restore_engine(
             engine.signals.restore((scope, key), fact, last_access_ms=last_access, now_ms=now)
         for last_access, spec_row, outcome_row in doc["finished"]:
             spec = _spec(spec_row)
-            done = _Finished(spec, _outcome(outcome_row))
+            done = _Finished(spec, _outcome(outcome_row, engine.partition))
             engine.finished.restore(
                 (spec.scope, spec.op_id), done, last_access_ms=last_access, now_ms=now
             )
+        later = now_ms > doc["clock_ms"]
+        passed = engine._deadline_passed
         for row in doc["operations"]:
-            engine._restore_pending(_trusted_spec(row), registered_ms=row[-1])
+            spec = _trusted_spec(row)
+            # The flag as it was (a restore at the snapshot's own clock rebuilds the same state),
+            # or overdue since then (a restore at a later time).
+            late = (len(row) == 12 and row[11] is True) or (later and passed(spec))
+            engine._restore_pending(spec, registered_ms=row[10], late=late)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BadRecordError(f"snapshot: malformed document ({exc})") from exc
     return engine
@@ -170,7 +183,7 @@ def _trusted_spec(row: list[Any]) -> OperationSpec:
     (zlib's checksum) before any row is read, so re-validating a million specs on restore
     would only cost time. A row of the wrong shape still fails (unpacking, enum lookups).
     """
-    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout, _ = row
+    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout = row[:10]
     spec: OperationSpec = _new(OperationSpec)
     (s_op_id, s_scope, s_keys, s_deadline, s_condition, s_count, s_domain, s_payload, s_reply_to,
      s_timeout) = _SPEC_SETTERS  # fmt: skip
@@ -206,7 +219,7 @@ def _outcome_row(o: Outcome) -> list[Any]:
     ]
 
 
-def _outcome(row: list[Any]) -> Outcome:
+def _outcome(row: list[Any], partition: int = 0) -> Outcome:
     (
         op_id,
         scope,
@@ -238,4 +251,5 @@ def _outcome(row: list[Any]) -> Outcome:
         payload=payload,
         reply_to=reply,
         late=late,
+        partition=partition,
     )

@@ -4,14 +4,21 @@
 (httpx.AsyncClient, which anyio drives on trio). Both send the calls built by
 :mod:`purgatory.client._requests`; a transport failure becomes :class:`TransportError`, an error
 answer :class:`ApiError` naming the field.
+
+A 503 with Retry-After (the scope's partition is being restored, after a restart or a move) is
+tried again, pausing as the service asks, until ``timeout_s`` has passed since the first try;
+then the 503 is raised. Every write is idempotent (a retried registration is a duplicate, a
+retried signal only refreshes what is remembered), so a retry is safe.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
+import trio
 
 from purgatory._core import TransportError
 from purgatory.client._requests import (
@@ -26,6 +33,7 @@ from purgatory.client._requests import (
     call_wait,
     call_watermarks,
     operation,
+    retry_after_s,
 )
 
 __all__ = ["AsyncPurgatoryClient", "PurgatoryClient"]
@@ -78,17 +86,22 @@ class PurgatoryClient:
         self._http.close()
 
     def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        try:
-            response = self._http.request(
-                call.method,
-                call.path,
-                params=call.params or None,
-                json=call.json,
-                timeout=self._timeout_s + extra_s,
-            )
-        except httpx.HTTPError as exc:
-            raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-        return answer(response.status_code, response.content)
+        give_up = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params or None,
+                    json=call.json,
+                    timeout=self._timeout_s + extra_s,
+                )
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+            pause = retry_after_s(response.status_code, response.headers)
+            if pause is None or time.monotonic() + pause > give_up:
+                return answer(response.status_code, response.content)
+            time.sleep(pause)
 
     def register(self, **spec: Any) -> Any:
         """Register one operation (see :func:`purgatory.client.operation` for the arguments)."""
@@ -156,17 +169,22 @@ class AsyncPurgatoryClient:
         await self._http.aclose()
 
     async def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        try:
-            response = await self._http.request(
-                call.method,
-                call.path,
-                params=call.params or None,
-                json=call.json,
-                timeout=self._timeout_s + extra_s,
-            )
-        except httpx.HTTPError as exc:
-            raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-        return answer(response.status_code, response.content)
+        give_up = trio.current_time() + self._timeout_s
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params or None,
+                    json=call.json,
+                    timeout=self._timeout_s + extra_s,
+                )
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+            pause = retry_after_s(response.status_code, response.headers)
+            if pause is None or trio.current_time() + pause > give_up:
+                return answer(response.status_code, response.content)
+            await trio.sleep(pause)
 
     async def register(self, **spec: Any) -> Any:
         """Register one operation."""

@@ -26,7 +26,11 @@ __all__ = [
     "call_wait",
     "call_watermarks",
     "operation",
+    "retry_after_s",
 ]
+
+#: The longest pause between two tries of a request the service asked to retry.
+MAX_RETRY_PAUSE_S = 2.0
 
 
 class ApiError(PurgatoryError):
@@ -128,3 +132,16 @@ def answer(status: int, body: bytes) -> Any:
             raise ApiError(status, str(error.get("message")), error.get("field"))
         raise ApiError(status, body[:200].decode("utf-8", "replace"))
     return data
+
+
+def retry_after_s(status: int, headers: Mapping[str, str]) -> float | None:
+    """How long to wait before trying again, when the service says to (503 with Retry-After:
+    the scope's partition is being restored); None when the answer is final."""
+    if status != 503:
+        return None
+    value = headers.get("retry-after", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return min(max(seconds, 0.05), MAX_RETRY_PAUSE_S)

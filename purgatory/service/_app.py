@@ -2,18 +2,21 @@
 
 ::
 
-    RecordSource --> intake --+                                  +--> callbacks (or reply_to)
-    HTTP (hypercorn) ---------+--> ServiceState ----> Outbox ----+--> dead letters
-    reaper: sleeps to the ----+     (engine:          (executor   +--> acks: metrics, waiters
-      next deadline                  outcomes out)     lane)      +--> offset commits, after acks
+    RecordSource --> intake --+                 journal entries --> Changelog (write-ahead)
+    HTTP (hypercorn) ---------+--> ServiceState ------------------------+ acknowledged:
+    reaper: sleeps to the ----+    (one engine per                      v
+      next deadline                 input partition)  outcomes --> Outbox --> callbacks, dead
+    follow_assignment: restores                                     letters, acks (waiters,
+      each partition it is given                                    metrics), offset commits
 
-Each part is an object with a name on :class:`Service` (``state``, ``outbox``, ``executor``,
-``reaper``, ``app``), so a test can build the service over any
+Each part is an object with a name on :class:`Service` (``state``, ``changelog``, ``outbox``,
+``executor``, ``reaper``, ``app``), so a test can build the service over any
 :class:`~purgatory.service._transport.Transport` (the in-memory fake included) and drive or
 inspect one part alone.
 
 Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
-the reaper); decide every expiration already due; close the outbox and let it send, await the
+the reaper); decide every expiration already due; flush the journal; close the outbox and let it
+send, await the
 acknowledgement of, and commit everything decided before the stop, within
 ``shutdown_grace_ms``; then close the producer. A stop that could not deliver everything in time
 raises :class:`~purgatory._core.TransportError` naming how many records were left (the process
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import signal as signals
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +36,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from purgatory._codec import Limits
-from purgatory._core import Engine, Outcome, TransportError
+from purgatory._core import Outcome, TransportError, UsageError
+from purgatory.service._changelog import Changelog, Gate, NoJournal
 from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
@@ -40,9 +45,10 @@ from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics
 from purgatory.service._openapi import load_openapi
 from purgatory.service._outbox import Outbox
+from purgatory.service._restore import Progress, follow_assignment
 from purgatory.service._settings import Settings
 from purgatory.service._state import ServiceState
-from purgatory.service._transport import RecordSink, RecordSource, Transport
+from purgatory.service._transport import LogReader, RecordSink, RecordSource, Transport
 from reaper import Clock, CompletionExecutor, Reaper
 
 __all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
@@ -113,18 +119,31 @@ class Service:
         settings: the configuration.
         clock: the time source.
         source: where requests and signals come from.
-        sink: where callbacks and dead letters go.
+        sink: where callbacks, dead letters and the journal go.
+        reader: reads the changelog at restore (None: partitions start empty; required with
+            ``settings.journal``).
     """
 
     settings: Settings
     clock: Clock
     source: RecordSource
     sink: RecordSink
+    reader: LogReader | None = None
     metrics: Metrics = field(default_factory=Metrics)
     ready: bool = False
 
     def __post_init__(self) -> None:
         settings, clock = self.settings, self.clock
+        requests, signals = settings.topic_requests, settings.topic_signals
+        partitions = self.source.partition_count(requests)
+        if self.source.partition_count(signals) != partitions:
+            raise UsageError(
+                f"topics {requests!r} and {signals!r} must have the same number of partitions"
+                f" (they are co-partitioned by scope): {partitions} and"
+                f" {self.source.partition_count(signals)}"
+            )
+        if settings.journal and self.reader is None:
+            raise UsageError("a journaled service needs a reader of the changelog")
         self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
         self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
         self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
@@ -140,20 +159,34 @@ class Service:
             metrics=self.metrics,
             reply_to_timeout_ms=settings.reply_to_timeout_ms,
         )
+        self.changelog: Changelog | None = None
+        self.gate: Gate = NoJournal()
+        if settings.journal:
+            self.changelog = Changelog(
+                self.sink,
+                topic=settings.topic_changelog,
+                max_record_bytes=settings.max_record_bytes,
+                delivered=self._acked,
+            )
+            self.gate = self.changelog
         self.state = ServiceState(
-            Engine(settings.to_engine_config(), start_ms=clock.now_ms()),
+            settings.to_engine_config(),
+            partitions=partitions,
             now_ms=clock.now_ms,
             max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
             wake=self._wake,
             wake_now=self._wake_now,
             metrics=self.metrics,
-            deliver=self.outbox.put,
+            deliver=self._decided,
+            journal_for=self.changelog.journal_for if self.changelog is not None else None,
+            resend=self.outbox.put,
         )
+        self.restores: dict[int, Progress] = {}
         self.reaper = Reaper(
             self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
         )
         self.metrics.bind(
-            engine_stats=self.state.engine.statistics,
+            engine_stats=self.state.engine_statistics,
             executor_stats=self.executor.statistics,
             reaper_stats=self.reaper.statistics,
             outbox_stats=self.outbox.statistics,
@@ -172,11 +205,44 @@ class Service:
             observe=self.metrics.http_request,
             count_registration=self.metrics.registration,
         )
-        self.app = build_app(self.state, self.http_config)
+        self.app = build_app(self.state, self.http_config, self.gate)
 
     def is_ready(self) -> bool:
-        """Serving, and holding partitions (a group may not have assigned any yet)."""
-        return self.ready and bool(self.source.assignment())
+        """Serving, holding partitions (a group may not have assigned any yet), and every one
+        of them restored."""
+        if not self.ready:
+            return False
+        held = {p for t, p in self.source.assignment() if t == self.settings.topic_requests}
+        return bool(held) and held <= self.state.serving()
+
+    async def follow_assignment(self) -> None:
+        """Restore and serve each input partition the source is given; drop each one taken
+        away (runs until cancelled)."""
+        settings = self.settings
+        await follow_assignment(
+            self.source,
+            self.state,
+            self.reader if settings.journal else None,
+            changelog_topic=settings.topic_changelog,
+            input_topics=(settings.topic_requests, settings.topic_signals),
+            clock=self.clock,
+            progress=self.restores,
+            commit=self.outbox.put_commit,
+        )
+
+    def _caught_up(self) -> bool:
+        topics = (self.settings.topic_requests, self.settings.topic_signals)
+        held = {p for t, p in self.source.assignment() if t in topics}
+        return held <= self.state.serving()
+
+    def _acked(self, partition: int) -> int:
+        return self.state.acked(partition)
+
+    def _decided(self, outcomes: Sequence[Outcome]) -> None:
+        if self.changelog is None:
+            self.outbox.put(outcomes)
+        else:
+            self.changelog.after(functools.partial(self.outbox.put, outcomes))
 
     def _delivered(self, outcome: Outcome) -> None:
         self.state.delivered(outcome)
@@ -213,6 +279,14 @@ class Service:
         hypercorn.graceful_timeout = settings.shutdown_grace_ms / 1000
         http_stopped = trio.Event()
         outbox_done = trio.Event()
+        changelog_done = trio.Event()
+
+        async def run_changelog(*, task_status: trio.TaskStatus[None]) -> None:
+            assert self.changelog is not None
+            try:
+                await self.changelog.run(task_status=task_status)
+            finally:
+                changelog_done.set()
 
         async def run_outbox(*, task_status: trio.TaskStatus[None]) -> None:
             try:
@@ -225,8 +299,13 @@ class Service:
                 nursery.start_soon(_stop_on_signals, stop)
             await nursery.start(self.executor.run)
             await nursery.start(run_outbox)
+            if self.changelog is not None:
+                await nursery.start(run_changelog)
+            else:
+                changelog_done.set()
             async with trio.open_nursery() as inputs:
                 await inputs.start(self.reaper.run)
+                inputs.start_soon(self.follow_assignment)
                 inputs.start_soon(
                     functools.partial(
                         run_intake,
@@ -237,6 +316,7 @@ class Service:
                         signals_topic=settings.topic_signals,
                         limits=limits_of(settings),
                         metrics=self.metrics,
+                        gate=self.gate,
                     )
                 )
                 asgi: Any = self.app  # hypercorn's framework type does not name Starlette
@@ -247,6 +327,10 @@ class Service:
                             serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
                         )
                     )
+                # Ready (and started, for the caller) once every partition held at the start is
+                # restored; HTTP answers meanwhile: /readyz 503, the partitions' inputs 503.
+                while not self._caught_up() and not stop.is_set():
+                    await trio.sleep(0.01)
                 self.ready = True
                 _log.info("service_ready", http=bound)
                 task_status.started(bound)
@@ -257,8 +341,11 @@ class Service:
                 inputs.cancel_scope.cancel()
             # The inputs are stopped: decide what is due, then deliver everything decided.
             due = self.state.catch_up(self.clock.now_ms())
-            self.outbox.close()
             with trio.move_on_after(settings.shutdown_grace_ms / 1000):
+                if self.changelog is not None:
+                    self.changelog.close()
+                    await changelog_done.wait()
+                self.outbox.close()
                 await outbox_done.wait()
             if not outbox_done.is_set():
                 left = self.outbox.statistics()
@@ -309,12 +396,13 @@ async def run_service(
     )
     async with (
         transport.open_sink() as sink,
+        transport.open_reader() as reader,
         transport.open_source(
             topics=[settings.topic_requests, settings.topic_signals],
             group_id=settings.kafka_group_id,
             assignment=assignment,
         ) as source,
     ):
-        service = Service(settings, clock, source, sink)
+        service = Service(settings, clock, source, sink, reader)
         await service.run(stop, own_signals=own_signals, task_status=task_status)
     _log.info("service_closed")

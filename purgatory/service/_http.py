@@ -42,9 +42,11 @@ from purgatory._core import (
     Outcome,
     Registration,
     SizeLimitError,
+    TransportError,
     UsageError,
 )
-from purgatory.service._state import ServiceState
+from purgatory.service._changelog import Gate, NoJournal
+from purgatory.service._state import NotServingError, ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
 
@@ -96,8 +98,13 @@ def _registration_json(req: RegisterRequest, reg: Registration) -> dict[str, Any
     }
 
 
-def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
-    """The Starlette application serving the API over ``state``."""
+def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None) -> Starlette:
+    """The Starlette application serving the API over ``state``.
+
+    A write is answered once ``gate`` (the journal) has it acknowledged: a 2xx means it survives
+    a crash. Reads see the engine as it is, writes not yet acknowledged included.
+    """
+    gate = gate if gate is not None else NoJournal()
 
     async def body(request: Request) -> Any:
         declared = request.headers.get("content-length")
@@ -166,6 +173,7 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
             raise
         assert isinstance(req, RegisterRequest)
         status, answer = register_one(req)
+        await gate.durable()
         return JSONResponse(answer, status_code=status)
 
     async def create_operations(request: Request) -> Response:
@@ -186,12 +194,15 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
                 status, answer = 422, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
             except LimitError as exc:
                 status, answer = 429, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
+            except NotServingError as exc:
+                status, answer = 503, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
             results.append({"http_status": status, **answer})
+        await gate.durable()
         return JSONResponse({"results": results})
 
     async def get_operation(request: Request) -> Response:
         scope, op_id = query(request)
-        found = state.engine.lookup(scope, op_id)
+        found = state.lookup(scope, op_id)
         if found is None:
             raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
         spec, outcome = found
@@ -230,8 +241,9 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
     async def cancel_operation(request: Request) -> Response:
         scope, op_id = query(request)
         outcome = state.cancel(CancelRequest(op_id=op_id, scope=scope))
+        await gate.durable()
         if outcome is None:
-            found = state.engine.lookup(scope, op_id)
+            found = state.lookup(scope, op_id)
             if found is None:
                 raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
             raise HttpError(409, "the operation has already finished", "op_id")
@@ -241,7 +253,7 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
         scope = request.query_params.get("scope")
         if not scope:
             raise HttpError(422, "query parameter scope is required", "scope")
-        specs = state.engine.pending(scope)
+        specs = state.pending(scope)
         return JSONResponse(
             {
                 "scope": scope,
@@ -257,12 +269,14 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
         payload = await body(request)
         records = decode_all(payload, "signals", "signal", decode_signal, SignalRecord)
         completed = sum(state.signal(rec) for rec in records)
+        await gate.durable()
         return JSONResponse({"accepted": len(records), "completed": completed})
 
     async def post_watermarks(request: Request) -> Response:
         payload = await body(request)
         records = decode_all(payload, "watermarks", "watermark", decode_signal, WatermarkRecord)
         moved = sum(state.watermark(rec) for rec in records)
+        await gate.durable()
         return JSONResponse({"accepted": len(records), "moved": moved})
 
     async def healthz(request: Request) -> Response:
@@ -300,6 +314,12 @@ def build_app(state: ServiceState, config: HttpConfig) -> Starlette:
                 response = _error(422, str(exc), exc.field)
             except LimitError as exc:
                 response = _error(429, str(exc), None)
+            except NotServingError as exc:
+                response = _error(503, str(exc), "scope")
+                response.headers["Retry-After"] = "1"
+            except TransportError as exc:  # the journal failed: the write is not durable
+                response = _error(503, f"not durable: {exc}", None)
+                response.headers["Retry-After"] = "1"
             except UsageError as exc:
                 response = _error(422, str(exc), None)
             config.observe(route, request.method, response.status_code, trio.current_time() - start)

@@ -1,15 +1,21 @@
 """The intake (service layer): consumed records in, decoded, applied; dead letters and commits out.
 
 Each consumed batch is applied record by record through the one state machine (the outcomes it
-decides go to the outbox as they are decided). A record that does not decode, breaks a limit or
+decides go, through the journal, to the outbox). A record that does not decode, breaks a limit or
 that the state refuses is queued as a dead letter with the reason, in the same order. After the
-batch, a commit marker with the offsets it reached follows everything it caused, so the outbox
-commits them only once all of it is acknowledged. The intake never waits for a commit: it waits
-only for room in the outbox (back-pressure).
+batch, the input positions it reached are journaled with its entries, and a commit marker with
+its offsets follows everything it caused: the outbox commits them only once the journal and all
+of it are acknowledged. The intake never waits for a commit: it waits only for room in the
+outbox (back-pressure).
+
+A record of a partition this replica does not serve (taken away, or not yet restored), or
+before the position its journal reached (already applied), is skipped: the journal's positions,
+not the group's committed offsets, say where each partition's inputs resume.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from purgatory._codec import (
@@ -19,6 +25,7 @@ from purgatory._codec import (
     decode_signal,
 )
 from purgatory._core import SizeLimitError, UsageError
+from purgatory.service._changelog import Gate, NoJournal
 from purgatory.service._kafka_config import ConsumedRecord
 from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics
@@ -40,16 +47,21 @@ async def run_intake(
     signals_topic: str,
     limits: Limits,
     metrics: Metrics | None = None,
+    gate: Gate | None = None,
 ) -> None:
     """Apply consumed batches until the source ends (or this task is cancelled)."""
+    gate = gate if gate is not None else NoJournal()
     decoders: dict[str, Callable[[bytes, Limits], object]] = {
         requests_topic: decode_requests_record,
         signals_topic: decode_signal,
     }
     async for batch in source.receive:
         offsets: dict[tuple[str, int], int] = {}
+        reached: dict[int, dict[str, int]] = {}
         counts: dict[str, int] = {}
         for record in batch:
+            if not state.expects(record.topic, record.partition, record.offset):
+                continue
             offsets[(record.topic, record.partition)] = record.offset + 1
             counts[record.topic] = counts.get(record.topic, 0) + 1
             refused = _apply(record, state, decoders[record.topic], limits)
@@ -63,10 +75,15 @@ async def run_intake(
                 )
                 if metrics is not None and invalid_registration:
                     metrics.registration("invalid")
+            state.reached(record.topic, record.partition, record.offset + 1)
+            reached.setdefault(record.partition, {})[record.topic] = record.offset + 1
         if metrics is not None:
             for topic, count in counts.items():
                 metrics.records_consumed(topic, count)
-        outbox.put_commit(offsets)
+        for partition, positions in reached.items():
+            gate.positions(partition, positions)
+        if offsets:
+            gate.after(functools.partial(outbox.put_commit, offsets))
         await outbox.wait_for_room()
 
 

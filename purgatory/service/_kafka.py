@@ -11,12 +11,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from purgatory.service._kafka_config import ConsumedRecord, KafkaClientConfig
+from purgatory.service._kafka_reader import KafkaLogReader, open_kafka_reader
 from purgatory.service._kafka_sink import KafkaSink, SinkStatistics, open_kafka_sink
 from purgatory.service._kafka_source import KafkaSource, StartPosition, open_kafka_source
 
 __all__ = [
     "ConsumedRecord",
     "KafkaClientConfig",
+    "KafkaLogReader",
     "KafkaSink",
     "KafkaSource",
     "KafkaTransport",
@@ -46,13 +48,15 @@ class KafkaTransport:
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
     ) -> AbstractAsyncContextManager[KafkaSource]:
-        """A consumer thread over ``topics`` (group or explicit ``assignment``)."""
+        """A consumer thread over ``topics`` (group or explicit ``assignment``) that holds each
+        partition it is given until the service resumes it."""
         return open_kafka_source(
             self.config,
             topics=topics,
             group_id=group_id,
             assignment=assignment,
             fetch_max_wait_ms=self.fetch_max_wait_ms,
+            hold=True,
         )
 
     def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:
@@ -60,3 +64,7 @@ class KafkaTransport:
         return open_kafka_sink(
             self.config, linger_ms=self.linger_ms, max_request_bytes=self.max_request_bytes
         )
+
+    def open_reader(self) -> AbstractAsyncContextManager[KafkaLogReader]:
+        """A reader of whole partitions (the changelog, at restore)."""
+        return open_kafka_reader(self.config)

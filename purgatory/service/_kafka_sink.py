@@ -193,7 +193,9 @@ class _ProducerThread:
             self._on_error(delivery, index, TransportError(f"no metadata for {record.topic!r}"))
             return
         try:
-            future = producer.send(record.topic, key=record.key, value=record.value)
+            future = producer.send(
+                record.topic, key=record.key, value=record.value, partition=record.partition
+            )
         except KafkaError as exc:  # too large for the producer, or no metadata in time
             if getattr(exc, "retriable", False):
                 unreachable.add(record.topic)

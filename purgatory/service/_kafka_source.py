@@ -47,6 +47,13 @@ _COMMIT_TIMEOUT_MS = 30_000
 
 
 @dataclass(slots=True)
+class _ResumeRequest:
+    positions: dict[tuple[str, int], int | None]
+    done: trio.Event
+    token: trio.lowlevel.TrioToken
+
+
+@dataclass(slots=True)
 class _CommitRequest:
     offsets: dict[tuple[str, int], int]
     done: trio.Event
@@ -73,6 +80,27 @@ class _SeekToBeginningOnce(ConsumerRebalanceListener):  # type: ignore[misc]
             self._consumer.seek_to_beginning(*new)
 
 
+class _HoldNewPartitions(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Pause every partition the group newly gives this consumer, until the service resumes it
+    (after restoring its state); with ``earliest``, read it from its start."""
+
+    def __init__(self, thread: _ConsumerThread, consumer: Any, *, earliest: bool) -> None:
+        self._thread = thread
+        self._consumer = consumer
+        self._earliest = earliest
+        self._seen: set[Any] = set()
+
+    def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+        self._thread.forget(revoked)
+
+    def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+        new = [tp for tp in assigned if tp not in self._seen]
+        self._seen.update(new)
+        if new and self._earliest:
+            self._consumer.seek_to_beginning(*new)
+        self._thread.hold(self._consumer, assigned)
+
+
 class _ConsumerThread:
     """Owns the consumer; everything here except ``run`` and ``request_commit`` runs in it."""
 
@@ -83,7 +111,10 @@ class _ConsumerThread:
         assignment: list[Any] | None,
         start: StartPosition,
         max_batch: int,
+        *,
+        hold: bool = False,
     ) -> None:
+        self._hold = hold
         self._kwargs = kwargs
         self._topics = topics
         self._assignment = assignment
@@ -91,6 +122,9 @@ class _ConsumerThread:
         self._max_batch = max_batch
         self._stop = threading.Event()
         self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
+        self._resumes: queue.SimpleQueue[_ResumeRequest] = queue.SimpleQueue()
+        self._reading: set[Any] = set()  # assigned and resumed
+        self._held: set[Any] = set()  # assigned, paused until resumed
         self._lock = threading.Lock()
         self._closed = False
         self._in_flight_requests: dict[int, _CommitRequest] = {}
@@ -98,6 +132,8 @@ class _ConsumerThread:
         # Published by the thread, read by trio: each is replaced whole, never mutated.
         self.lag: dict[tuple[str, int], int] = {}
         self.assigned: frozenset[tuple[str, int]] = frozenset()
+        self.held: frozenset[tuple[str, int]] = frozenset()
+        self.partition_counts: dict[str, int] = {}
 
     async def run(
         self,
@@ -112,6 +148,50 @@ class _ConsumerThread:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def request_resume(self, request: _ResumeRequest) -> None:
+        with self._lock:
+            if self._closed:
+                raise TransportError("the Kafka consumer has stopped")
+            self._resumes.put(request)
+
+    # -- in the consumer thread ------------------------------------------------------------------
+
+    def hold(self, consumer: Any, assigned: Collection[Any]) -> None:
+        """Pause the assigned partitions not being read already (new ones)."""
+        new = [tp for tp in assigned if tp not in self._reading]
+        if new:
+            consumer.pause(*new)
+            self._held.update(new)
+        self._publish_held()
+
+    def forget(self, revoked: Collection[Any]) -> None:
+        self._reading.difference_update(revoked)
+        self._held.difference_update(revoked)
+        self._publish_held()
+
+    def _publish_held(self) -> None:
+        self.held = frozenset((tp.topic, tp.partition) for tp in self._held)
+
+    def _serve_resumes(self, consumer: Any) -> None:
+        while True:
+            try:
+                request = self._resumes.get_nowait()
+            except queue.Empty:
+                return
+            assigned = consumer.assignment()
+            for (topic, partition), position in request.positions.items():
+                tp = TopicPartition(topic, partition)
+                if tp not in assigned:
+                    continue
+                if position is not None:
+                    consumer.seek(tp, position)
+                    self._next_offsets[tp] = position
+                consumer.resume(tp)
+                self._held.discard(tp)
+                self._reading.add(tp)
+            self._publish_held()
+            request.token.run_sync_soon(request.done.set)
 
     def request_commit(self, request: _CommitRequest) -> None:
         with self._lock:
@@ -143,10 +223,21 @@ class _ConsumerThread:
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
 
     def _attach(self, consumer: Any) -> None:
+        for topic in self._topics:
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
+            self.partition_counts[topic] = len(partitions)
         if self._assignment is not None:
             consumer.assign(self._assignment)
             if self._start == "earliest":
                 consumer.seek_to_beginning(*self._assignment)
+            if self._hold:
+                self.hold(consumer, self._assignment)
+            self._publish(consumer)
+        elif self._hold:
+            listener = _HoldNewPartitions(self, consumer, earliest=self._start == "earliest")
+            consumer.subscribe(self._topics, listener=listener)
         elif self._start == "earliest":
             consumer.subscribe(self._topics, listener=_SeekToBeginningOnce(consumer))
         else:
@@ -185,6 +276,7 @@ class _ConsumerThread:
         return False
 
     def _serve_commits(self, consumer: Any, *, wait_s: float | None) -> None:
+        self._serve_resumes(consumer)
         try:
             request = self._commits.get(timeout=wait_s) if wait_s else self._commits.get_nowait()
         except queue.Empty:
@@ -251,9 +343,15 @@ class _ConsumerThread:
             try:
                 request = self._commits.get_nowait()
             except queue.Empty:
-                return
+                break
             request.error = TransportError("the Kafka consumer stopped before the commit")
             trio.from_thread.run_sync(request.done.set)
+        while True:  # nobody waits forever for a resume either
+            try:
+                resume = self._resumes.get_nowait()
+            except queue.Empty:
+                return
+            resume.token.run_sync_soon(resume.done.set)
 
 
 class KafkaSource:
@@ -302,6 +400,28 @@ class KafkaSource:
         """The partitions the consumer held at its last poll (changes with group rebalances)."""
         return self._thread.assigned
 
+    def held(self) -> frozenset[tuple[str, int]]:
+        """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""
+        return self._thread.held
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (read when the consumer connected).
+
+        Raises:
+            UsageError: ``topic`` is not one this source reads.
+        """
+        try:
+            return self._thread.partition_counts[topic]
+        except KeyError:
+            raise UsageError(f"topic {topic!r} is not read by this source") from None
+
+    async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
+        """Start reading held partitions, each at its offset (None: where it stands, the
+        group's committed offset or the start); waits until the consumer thread has."""
+        request = _ResumeRequest(dict(positions), trio.Event(), trio.lowlevel.current_trio_token())
+        self._thread.request_resume(request)
+        await request.done.wait()
+
 
 @asynccontextmanager
 async def open_kafka_source(
@@ -315,6 +435,7 @@ async def open_kafka_source(
     session_timeout_ms: int = 10_000,
     connect_timeout_ms: int = 30_000,
     fetch_max_wait_ms: int = 10,
+    hold: bool = False,
 ) -> AsyncIterator[KafkaSource]:
     """Consume ``topics`` in a dedicated thread; yield a ``KafkaSource`` while it runs.
 
@@ -331,6 +452,8 @@ async def open_kafka_source(
             it, so short values make joins fast in development.
         connect_timeout_ms: how long to try to reach a bootstrap server.
         fetch_max_wait_ms: how long the broker may hold a fetch that has no data yet.
+        hold: pause every partition when it is assigned, until :meth:`KafkaSource.resume`
+            (the service restores a partition's state before it reads its inputs).
 
     Raises:
         UsageError: inconsistent arguments (the message names the argument).
@@ -363,7 +486,7 @@ async def open_kafka_source(
         "bootstrap_timeout_ms": connect_timeout_ms,
     }
     partitions = None if assignment is None else [TopicPartition(t, p) for t, p in assignment]
-    thread = _ConsumerThread(kwargs, list(topics), partitions, start, max_batch)
+    thread = _ConsumerThread(kwargs, list(topics), partitions, start, max_batch, hold=hold)
     send, receive = trio.open_memory_channel[list[ConsumedRecord]](_CHANNEL_BATCHES)
     with raising_single_errors():
         async with trio.open_nursery() as nursery:

@@ -80,6 +80,10 @@ def build_openapi() -> dict[str, Any]:
         "401": _error_response("Missing or wrong bearer token (when an API token is set)."),
         "413": _error_response("Body over max_request_bytes, or batch over max_batch."),
         "422": _error_response("A field is out of its domain; `field` names it."),
+        "503": _error_response(
+            "The scope's partition is being restored (or is not served by this replica), or"
+            " the journal could not make the write durable; retry after the Retry-After header."
+        ),
     }
     op_json = {"description": "The operation.", **_json("OperationStatus")}
     return {

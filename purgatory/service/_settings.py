@@ -376,6 +376,13 @@ class Settings:
         " it bounds signal latency; a real Kafka answers as data arrives (raise it to save"
         " idle CPU).",
     )
+    journal: bool = _setting(
+        True,
+        _Bool(),
+        "Journal every input to the changelog topic before answering or delivering, and"
+        " restore each partition from it (false: state is in memory only, and a restart loses"
+        " the pending operations).",
+    )
     reply_to_timeout_ms: int = _int(
         30_000,
         0,

@@ -13,11 +13,19 @@ each operation has one outcome and the engine caps pending operations (``max_pen
 
 Limits that need the clock are checked here (a deadline too far ahead); the rest live in the
 codec (sizes, shapes) and the engine (pending per scope and in total).
+
+One engine per input partition: a scope's partition is Kafka's murmur2 of it
+(:func:`~purgatory.service._partitioning.partition_for`), so its operations, signals and
+watermarks, and the partition's outcome sequence, live in one engine that is restored and moved
+as a unit. A partition this replica does not serve, or is still restoring, refuses the input
+with :class:`NotServingError` (HTTP 503 with Retry-After). With a journal (``journal_for``), every
+input is journaled before it is applied and ``deliver`` is the journal's gate: the outcomes reach
+the outbox only once the entries that decided them are acknowledged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -26,6 +34,9 @@ from purgatory._codec import CancelRequest, RegisterRequest, SignalRecord, Water
 from purgatory._core import (
     ConflictError,
     Engine,
+    EngineConfig,
+    EngineStatistics,
+    JournalEntry,
     LimitError,
     OperationSpec,
     Outcome,
@@ -37,12 +48,28 @@ from purgatory._core import (
 )
 from purgatory.service._logging import get_logger, logs_enabled
 from purgatory.service._metrics import Metrics
+from purgatory.service._partitioning import partition_for
 
-__all__ = ["Input", "ServiceState", "ServiceStatistics"]
+__all__ = ["Input", "NotServingError", "ServiceState", "ServiceStatistics"]
 
 _log = get_logger()
 
 Input = RegisterRequest | CancelRequest | SignalRecord | WatermarkRecord
+
+
+class NotServingError(UsageError):
+    """The scope's partition is not served here now (HTTP 503 with Retry-After).
+
+    Attributes:
+        partition: the scope's partition.
+        restoring: True while this replica restores it (it will serve it soon).
+    """
+
+    def __init__(self, partition: int, *, restoring: bool) -> None:
+        what = "is being restored" if restoring else "is not served by this replica"
+        super().__init__(f"partition {partition} {what}; retry later")
+        self.partition = partition
+        self.restoring = restoring
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,36 +88,162 @@ class ServiceState:
     """Applies inputs to the engine and routes its outcomes.
 
     Args:
-        engine: the engine (new, or restored from a snapshot).
+        config: the configuration of every partition's engine.
+        partitions: how many partitions the input topics have.
         now_ms: the clock (epoch ms).
         max_deadline_ahead_ms: how far in the future a processing-time deadline may be.
         wake: called with a new deadline, so a sleeping reaper wakes in time for it.
         wake_now: called when something may be due at once (a watermark moved).
         metrics: where registrations and signals are counted (None: nowhere).
-        deliver: takes each batch of decided outcomes, in order (the outbox's ``put``).
+        deliver: takes each batch of decided outcomes, in order (the outbox's ``put``, or the
+            journal's gate in front of it).
+        journal_for: the journal of a partition's engine (None: nothing is journaled).
+        resend: takes outcomes already journaled, to send again after a restore (the outbox's
+            ``put``; ``deliver`` by default).
     """
 
     def __init__(
         self,
-        engine: Engine,
+        config: EngineConfig,
         *,
+        partitions: int,
         now_ms: Callable[[], int],
         max_deadline_ahead_ms: int,
         wake: Callable[[int], None] = lambda _deadline_ms: None,
         wake_now: Callable[[], None] = lambda: None,
         metrics: Metrics | None = None,
         deliver: Callable[[Sequence[Outcome]], None] = lambda _outcomes: None,
+        journal_for: Callable[[int], Callable[[JournalEntry], None]] | None = None,
+        resend: Callable[[Sequence[Outcome]], None] | None = None,
     ) -> None:
+        if partitions < 1:
+            raise UsageError(f"partitions must be >= 1, got {partitions}")
+        self.config = config
+        self.partitions = partitions
+        self._journal_for = journal_for
+        self._engines: dict[int, Engine] = {}
+        self._restoring: set[int] = set()
+        self._acked: dict[int, int] = {}  # partition -> highest acknowledged outcome sequence
+        self._positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
         self._metrics = metrics
         self._now_ms = now_ms
         self._max_ahead_ms = max_deadline_ahead_ms
         self._wake = wake
         self._wake_now = wake_now
         self._deliver = deliver
+        self._resend = resend if resend is not None else deliver
         self._undelivered: set[tuple[str, str]] = set()
         self._waiters: dict[tuple[str, str], trio.Event] = {}
         self._counts = {"registrations": 0, "signals": 0, "watermarks": 0, "cancels": 0}
-        self.engine = engine
+
+    # -- partitions ---------------------------------------------------------------------------
+
+    def partition_of(self, scope: str) -> int:
+        """The input partition of ``scope``."""
+        return partition_for(scope, self.partitions)
+
+    def new_engine(self, partition: int, *, start_ms: int) -> Engine:
+        """A new, empty engine for ``partition``, journaled if the state has a journal."""
+        return Engine(
+            self.config, start_ms=start_ms, partition=partition, journal=self.journal(partition)
+        )
+
+    def journal(self, partition: int) -> Callable[[JournalEntry], None] | None:
+        """The journal of ``partition``'s engine (None: not journaled)."""
+        return None if self._journal_for is None else self._journal_for(partition)
+
+    def restoring(self, partition: int) -> None:
+        """``partition`` is assigned here and being restored: its inputs answer 503."""
+        self._restoring.add(partition)
+
+    def serve(
+        self,
+        partition: int,
+        engine: Engine,
+        *,
+        acked: int = 0,
+        positions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Serve ``partition`` with ``engine`` (new, or restored).
+
+        Args:
+            acked: the highest outcome sequence known to be delivered.
+            positions: per input topic, the next offset to apply (the journal's); records
+                before it were applied already and are skipped.
+        """
+        self._restoring.discard(partition)
+        for topic, offset in (positions or {}).items():
+            self._positions[(topic, partition)] = offset
+        self._engines[partition] = engine
+        self._acked[partition] = acked
+        self._wake_now()
+
+    def drop(self, partition: int) -> None:
+        """Stop serving ``partition`` (it was revoked); its engine is forgotten."""
+        self._restoring.discard(partition)
+        self._engines.pop(partition, None)
+        self._acked.pop(partition, None)
+        for tp in [tp for tp in self._positions if tp[1] == partition]:
+            del self._positions[tp]
+
+    def expects(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether a consumed record is to be applied: its partition is served here and the
+        record is not before the position reached (not applied already)."""
+        return partition in self._engines and offset >= self._positions.get((topic, partition), 0)
+
+    def reached(self, topic: str, partition: int, offset: int) -> None:
+        """The intake applied ``topic``'s records of ``partition`` up to ``offset`` (next)."""
+        self._positions[(topic, partition)] = offset
+
+    def serving(self) -> frozenset[int]:
+        """The partitions served now."""
+        return frozenset(self._engines)
+
+    def restoring_now(self) -> frozenset[int]:
+        """The partitions being restored now."""
+        return frozenset(self._restoring)
+
+    def engine_of(self, scope: str) -> Engine:
+        """The engine of ``scope``'s partition.
+
+        Raises:
+            NotServingError: the partition is not served here (or not yet).
+        """
+        partition = partition_for(scope, self.partitions)
+        engine = self._engines.get(partition)
+        if engine is None:
+            raise NotServingError(partition, restoring=partition in self._restoring)
+        return engine
+
+    def engines(self) -> Iterator[Engine]:
+        """The engines of the partitions served now."""
+        return iter(list(self._engines.values()))
+
+    def acked(self, partition: int) -> int:
+        """The highest outcome sequence of ``partition`` whose callback was acknowledged."""
+        return self._acked.get(partition, 0)
+
+    def lookup(self, scope: str, op_id: str) -> tuple[OperationSpec, Outcome | None] | None:
+        """An operation's spec and outcome (None: unknown)."""
+        return self.engine_of(scope).lookup(scope, op_id)
+
+    def pending(self, scope: str) -> list[OperationSpec]:
+        """The pending operations of ``scope``."""
+        return self.engine_of(scope).pending(scope)
+
+    def engine_statistics(self) -> EngineStatistics:
+        """The engines' counts, summed (the clock: the latest of them)."""
+        stats = [engine.statistics() for engine in self._engines.values()]
+        if not stats:
+            return Engine(self.config).statistics()
+        summed = {
+            name: sum(getattr(s, name) for s in stats)
+            for name in EngineStatistics.__dataclass_fields__
+        }
+        summed["clock_ms"] = max(s.clock_ms for s in stats)
+        summed["sequence"] = max(s.sequence for s in stats)
+        summed["timer_levels"] = max(s.timer_levels for s in stats)
+        return EngineStatistics(**summed)
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -119,8 +272,9 @@ class ServiceState:
         now = self._now_ms()
         spec = request.to_spec(now)
         try:
+            engine = self.engine_of(spec.scope)
             self._check_deadline(spec, now)
-            registration = self.engine.register(spec, now_ms=now)
+            registration = engine.register(spec, now_ms=now)
         except ConflictError:
             self._count_registration("conflict")
             raise
@@ -157,8 +311,9 @@ class ServiceState:
 
     def cancel(self, request: CancelRequest) -> Outcome | None:
         """Cancel a pending operation; None if it is not pending."""
+        engine = self.engine_of(request.scope)
         self._counts["cancels"] += 1
-        outcome = self.engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
+        outcome = engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
         if outcome is not None:
             self._decided([outcome])
         if logs_enabled("debug"):
@@ -176,8 +331,9 @@ class ServiceState:
         Raises:
             LimitError: the payload would make a watching operation's callback too large.
         """
+        engine = self.engine_of(record.scope)
         self._counts["signals"] += 1
-        completed = self.engine.signal(
+        completed = engine.signal(
             record.scope,
             record.key,
             now_ms=self._now_ms(),
@@ -195,8 +351,9 @@ class ServiceState:
 
     def watermark(self, record: WatermarkRecord) -> bool:
         """Move a scope's watermark; True if it moved forward."""
+        engine = self.engine_of(record.scope)
         self._counts["watermarks"] += 1
-        moved = self.engine.advance_watermark(record.scope, record.watermark_ms)
+        moved = engine.advance_watermark(record.scope, record.watermark_ms)
         if moved:
             self._wake_now()
         if logs_enabled("debug"):
@@ -211,18 +368,27 @@ class ServiceState:
     # -- the clock ----------------------------------------------------------------------------
 
     def advance_clock(self, now_ms: int) -> list[Outcome]:
-        """Advance the engine (the reaper calls this); the expirations it decided are delivered.
+        """Advance every engine that has work due (the reaper calls this); the expirations
+        they decided are delivered.
+
+        An engine with nothing due is not advanced (its journal stays quiet).
 
         Returns:
             The ``expired`` outcomes, in order.
         """
-        expired = self.engine.advance_clock(now_ms)
-        self._decided(expired)
+        expired: list[Outcome] = []
+        for engine in self.engines():
+            due = engine.next_expiration_ms()
+            if due is not None and due <= now_ms:
+                decided = engine.advance_clock(now_ms)
+                self._decided(decided)
+                expired += decided
         return expired
 
     def next_expiration_ms(self) -> int | None:
-        """When the engine has work next."""
-        return self.engine.next_expiration_ms()
+        """When an engine has work next."""
+        due = [d for e in self._engines.values() if (d := e.next_expiration_ms()) is not None]
+        return min(due) if due else None
 
     def catch_up(self, now_ms: int) -> int:
         """Decide every expiration due by ``now_ms`` (at shutdown); returns how many."""
@@ -241,8 +407,19 @@ class ServiceState:
                 self._undelivered.add((outcome.scope, outcome.op_id))
             self._deliver(outcomes)
 
+    def redeliver(self, outcomes: Sequence[Outcome]) -> None:
+        """Send again outcomes a restore found journaled but maybe never delivered (they are
+        already durable, so they go straight to the outbox's order)."""
+        for outcome in outcomes:
+            self._undelivered.add((outcome.scope, outcome.op_id))
+        if outcomes:
+            self._resend(outcomes)
+
     def delivered(self, outcome: Outcome) -> None:
         """Called once the outcome's callback is acknowledged: wake whoever waits for it."""
+        acked = self._acked.get(outcome.partition)
+        if acked is not None and outcome.sequence > acked:  # a served partition's, in order
+            self._acked[outcome.partition] = outcome.sequence
         ident = (outcome.scope, outcome.op_id)
         self._undelivered.discard(ident)
         event = self._waiters.pop(ident, None)
@@ -258,7 +435,7 @@ class ServiceState:
         Raises:
             UsageError: the operation is unknown.
         """
-        found = self.engine.lookup(scope, op_id)
+        found = self.lookup(scope, op_id)
         if found is None:
             raise UsageError(f"op_id {op_id!r} is not known in scope {scope!r}")
         ident = (scope, op_id)
@@ -269,7 +446,10 @@ class ServiceState:
             await event.wait()
         if ident in self._undelivered:
             return None
-        again = self.engine.lookup(scope, op_id)
+        try:
+            again = self.lookup(scope, op_id)
+        except NotServingError:
+            return None
         return again[1] if again is not None else None
 
     def statistics(self) -> ServiceStatistics:

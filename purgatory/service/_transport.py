@@ -15,7 +15,7 @@ exist, an authorization failure).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,6 +26,7 @@ from purgatory.service._kafka_config import ConsumedRecord
 
 __all__ = [
     "Delivery",
+    "LogReader",
     "OutRecord",
     "RecordSink",
     "RecordSource",
@@ -36,11 +37,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """One record to produce."""
+    """One record to produce: to ``partition`` when given, else to the key's partition."""
 
     topic: str
     key: bytes | None
     value: bytes
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,48 @@ class RecordSource(Protocol):
         """The partitions held now."""
         ...
 
+    def held(self) -> frozenset[tuple[str, int]]:
+        """The partitions assigned but not read until :meth:`resume`."""
+        ...
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (known once the source is open)."""
+        ...
+
+    async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
+        """Start reading assigned partitions, each at its position (None: the group's committed
+        offset, or the start). Every partition is held, not read, from the moment it is
+        assigned until it is resumed, so the service can restore its state first."""
+        ...
+
+
+class LogReader(Protocol):
+    """Reads one partition of a topic from an offset to its end (a changelog, at restore)."""
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        handle: Callable[[list[ConsumedRecord]], None],
+    ) -> int:
+        """Hand every record from ``start`` to the end, batch by batch, to ``handle``.
+
+        The end is the high watermark a fetch reported after the last record was read (never a
+        ListOffsets answer alone, which can lag). ``handle`` may run in a worker thread.
+
+        Returns:
+            The end offset (the offset after the last record).
+
+        Raises:
+            TransportError: the partition could not be read.
+        """
+        ...
+
+    async def end_offset(self, topic: str, partition: int) -> int:
+        """The offset after the last record of the partition, as a fetch reports it."""
+        ...
+
 
 class Transport(Protocol):
     """Opens the service's source and sink."""
@@ -109,4 +153,8 @@ class Transport(Protocol):
 
     def open_sink(self) -> AbstractAsyncContextManager[RecordSink]:
         """A sink; on exit it has handed over every record sent to it."""
+        ...
+
+    def open_reader(self) -> AbstractAsyncContextManager[LogReader]:
+        """A reader of whole partitions (the changelog)."""
         ...

@@ -174,6 +174,8 @@ def test_config_types_and_ranges_are_the_service_ones() -> None:
         elif hasattr(kind_, "kind"):  # a choice
             choices = [member.value for member in kind_.kind]
             assert [c for c in node["enum"] if c is not None] == choices, name
+        elif type(kind_).__name__ == "_Bool":
+            assert types[0] == "boolean", name
         else:
             assert types[0] == "string", name
 

@@ -13,11 +13,13 @@ Faults, all deterministic:
 * ``crash_at``: at that step (every poll handing a batch, send, acknowledgement and commit is a
   step, counted in ``steps``), the scope given in ``crash_scope`` is cancelled, which is what a
   SIGKILL does to everything the service held in memory; the broker keeps what it acknowledged.
+
+The source holds every partition it is given until the service resumes it at a position (as
+the kafka-python source does), and the reader reads a partition to its end (the changelog).
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ import trio
 
 from purgatory._core import TransportError
 from purgatory.service._kafka_config import ConsumedRecord
+from purgatory.service._partitioning import partition_for
 from purgatory.service._transport import OutRecord, SendFailure
 
 __all__ = ["FakeBroker", "FakeTransport"]
@@ -51,11 +54,15 @@ class FakeBroker:
         self.stall.set()
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
-        return zlib.crc32(key or b"") % len(self.topics[topic])
+        """Kafka's default partitioner (murmur2 of the key), as the service computes it."""
+        return partition_for((key or b"").decode("utf-8", "surrogatepass"), len(self.topics[topic]))
 
-    def append(self, topic: str, key: bytes | None, value: bytes | None) -> ConsumedRecord:
+    def append(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> ConsumedRecord:
         """Write a record as a producer would (tests feed inputs this way)."""
-        partition = self.partition_for(topic, key)
+        if partition is None:
+            partition = self.partition_for(topic, key)
         records = self.topics[topic][partition]
         record = ConsumedRecord(topic, partition, len(records), key, value, 1_000)
         records.append(record)
@@ -110,6 +117,7 @@ class FakeSource:
         self.receive = receive
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
+        self.paused: set[tuple[str, int]] = set(assigned)
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         broker = self._broker
@@ -130,6 +138,47 @@ class FakeSource:
 
     def assignment(self) -> frozenset[tuple[str, int]]:
         return frozenset(self._assigned)
+
+    def held(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self.paused)
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._broker.topics[topic])
+
+    async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
+        for tp, position in positions.items():
+            if tp in self.paused:
+                if position is not None:
+                    self.positions[tp] = position
+                self.paused.discard(tp)
+
+
+class FakeReader:
+    """Reads a partition to its end, in batches, as the restore does."""
+
+    def __init__(self, broker: FakeBroker, batch: int = 100) -> None:
+        self._broker = broker
+        self._batch = batch
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        handle: Callable[[list[ConsumedRecord]], None],
+    ) -> int:
+        self._broker.step("read")
+        log = self._broker.topics[topic][partition]
+        offset = start
+        while offset < len(log):
+            taken = log[offset : offset + self._batch]
+            handle(taken)
+            offset += len(taken)
+            await trio.sleep(0)
+        return offset
+
+    async def end_offset(self, topic: str, partition: int) -> int:
+        return len(self._broker.topics[topic][partition])
 
 
 @dataclass
@@ -156,6 +205,8 @@ class FakeTransport:
                 while True:
                     batch: list[ConsumedRecord] = []
                     for tp in assigned:
+                        if tp in source.paused:
+                            continue
                         log = broker.topics[tp[0]][tp[1]]
                         start = source.positions[tp]
                         taken = log[start : start + self.max_batch - len(batch)]
@@ -173,6 +224,10 @@ class FakeTransport:
             nursery.cancel_scope.cancel()
 
     @asynccontextmanager
+    async def open_reader(self) -> AsyncIterator[FakeReader]:
+        yield FakeReader(self.broker)
+
+    @asynccontextmanager
     async def open_sink(self) -> AsyncIterator[FakeSink]:
         broker = self.broker
         send, receive = trio.open_memory_channel[tuple[list[OutRecord], _Delivery]](1_000)
@@ -184,7 +239,7 @@ class FakeTransport:
                 for index, record in enumerate(records):
                     failure = broker.refuse(record)
                     if failure is None:
-                        broker.append(record.topic, record.key, record.value)
+                        broker.append(record.topic, record.key, record.value, record.partition)
                     delivery.results_[index] = failure
                     broker.step("ack")
                 delivery.done.set()

@@ -48,9 +48,10 @@ async def _serve(
     topics = [settings.topic_requests, settings.topic_signals]
     async with (
         fake.open_sink() as sink,
+        fake.open_reader() as reader,
         fake.open_source(topics=topics, group_id="g", assignment=None) as source,
     ):
-        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink)
+        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
         if services is not None:
             services.append(service)
         await service.run(stop, serve_http=False)
@@ -274,13 +275,13 @@ async def test_sigterm_delivers_every_expiration_decided_before_the_stop(
         stop.set()
     [service] = services
     expired = [json.loads(r.value or b"") for r in broker.records(CALLBACKS)]
-    decided = service.state.engine.statistics()
+    decided = service.state.engine_statistics()
     assert len(expired) == decided.expired == 4_000 - decided.pending
     assert len({e["op_id"] for e in expired}) == len(expired)
     assert 1_000 < len(expired) < 4_000
     stopped_ms = EPOCH_MS + 1_025
     assert max(e["deadline_ms"] for e in expired) <= stopped_ms  # nothing expired early
-    pending = service.state.engine.pending()
+    pending = [spec for engine in service.state.engines() for spec in engine.pending()]
     assert min(spec.deadline_ms for spec in pending) > stopped_ms  # every due one delivered
 
 

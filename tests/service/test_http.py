@@ -69,17 +69,25 @@ async def running(
     topics = [settings.topic_requests, settings.topic_signals]
     async with (
         fake.open_sink() as sink,
+        fake.open_reader() as reader,
         fake.open_source(topics=topics, group_id="g", assignment=None) as source,
     ):
-        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink)
+        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
         if token is not None:
-            service.app = build_app(service.state, replace(service.http_config, api_token=token))
+            service.app = build_app(
+                service.state, replace(service.http_config, api_token=token), service.gate
+            )
         transport = httpx.ASGITransport(app=service.app)
         service.ready = True
         async with trio.open_nursery() as nursery:
             await nursery.start(service.executor.run)
             await nursery.start(service.outbox.run)
+            assert service.changelog is not None
+            await nursery.start(service.changelog.run)
             await nursery.start(service.reaper.run)
+            nursery.start_soon(service.follow_assignment)
+            while not service.state.serving():
+                await trio.sleep(0.01)
             async with (
                 AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
                 httpx.AsyncClient(base_url="http://api", transport=transport) as http,
@@ -117,14 +125,16 @@ async def test_long_poll_returns_the_expiry_exactly_at_the_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with running() as h:
-        await h.client.register(scope=SCOPE, op_id="late", keys=["never"], timeout_ms=30_000)
         start = h.clock.now_ms()
+        await h.client.register(scope=SCOPE, op_id="late", keys=["never"], timeout_ms=30_000)
+        assert h.clock.now_ms() == start + 2  # answered once the journal has it
         waited = await h.client.wait(SCOPE, "late", timeout_ms=60_000)
         assert waited["status"] == "expired"
         assert waited["outcome"]["missing"] == ["never"]
         assert waited["outcome"]["outcome_ms"] == start + 30_000
-        # Woken by the broker's acknowledgement (2 ms after the deadline), not by a poll tick.
-        assert h.clock.now_ms() == start + 30_000 + 2
+        # Woken by the broker's acknowledgements (the journal's advance, then the callback:
+        # 2 ms each after the deadline), not by a poll tick.
+        assert h.clock.now_ms() == start + 30_000 + 2 + 2
 
 
 async def test_wait_times_out_as_pending_and_cancel_is_terminal(
@@ -261,7 +271,7 @@ async def test_bad_requests_get_a_4xx_naming_the_field(
         if field is not None:
             assert error["field"] is not None and error["field"].startswith(field), error
         assert error["message"]
-        assert h.state.engine.statistics().pending == 0  # nothing half-applied
+        assert h.state.engine_statistics().pending == 0  # nothing half-applied
 
 
 async def test_writes_need_the_token_when_one_is_set(

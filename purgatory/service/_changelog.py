@@ -1,0 +1,324 @@
+"""The write-ahead journal on the changelog topic (service layer).
+
+Every input an engine applies is reported to its partition's journal before it is applied
+(``Engine(journal=...)``). This module appends those entries, in batches, to the changelog
+partition of the same number, with the input positions reached, and holds back everything the
+entries caused until the broker has acknowledged them:
+
+* the outcomes they decided (the outbox gets them only then, so no callback and no waiter is
+  ever ahead of the journal);
+* the HTTP answer to a write (:meth:`Changelog.durable`);
+* the input offset commits (:meth:`Changelog.after`).
+
+Group commit: the entries recorded while one batch is in flight form the next one, so the
+journal costs one produce round trip per batch, not per input. A batch holds at most one record
+per partition (records of one partition are never in flight together, so they cannot land out
+of order); a record is cut before ``max_record_bytes``, the rest goes to the next batch.
+
+A record of the changelog (key ``journal``, value JSON)::
+
+    {"v": 1, "type": "journal", "partition": 3, "entries": [<journal rows>],
+     "positions": {"<input topic>": <next offset>}, "delivered": <sequence>}
+
+``delivered`` is the partition's highest outcome sequence whose callback (and every one before
+it) the broker had acknowledged when the record was written; a restore re-sends the outcomes
+after it. An entry too large for a record is refused before the engine applies it
+(:class:`~purgatory._core.SizeLimitError`). A record the broker refuses for good (the topic is
+missing, access is denied) stops the service: nothing it decided is released, and a restart
+replays what was acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from purgatory._core import JournalEntry, SizeLimitError, TransportError, encode_entry
+from purgatory.service._logging import get_logger
+from purgatory.service._transport import OutRecord, RecordSink
+
+__all__ = [
+    "JOURNAL_KEY",
+    "Changelog",
+    "ChangelogStatistics",
+    "Gate",
+    "NoJournal",
+    "decode_journal_record",
+]
+
+_log = get_logger()
+
+JOURNAL_KEY = b"journal"
+_RECORD_OVERHEAD = 512  # the envelope around the entries, positions included
+_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogStatistics:
+    """Counts of the journal writer since the start."""
+
+    batches: int
+    records: int
+    entries: int
+    bytes: int
+    retries: int
+    pending_entries: int
+
+
+@dataclass
+class _Part:
+    entries: list[str] = field(default_factory=list)
+    size: int = 0
+    positions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Batch:
+    parts: dict[int, _Part] = field(default_factory=dict)
+    releases: list[Callable[[], None]] = field(default_factory=list)
+    done: trio.Event = field(default_factory=trio.Event)
+    error: TransportError | None = None
+
+    def empty(self) -> bool:
+        return not self.parts and not self.releases
+
+
+class Changelog:
+    """Appends every partition's journal to the changelog topic, ahead of what it caused.
+
+    Args:
+        sink: where the records go.
+        topic: the changelog topic (partition p holds input partition p's journal).
+        max_record_bytes: the largest record the broker takes.
+        delivered: the partition's highest outcome sequence acknowledged on the callbacks topic.
+    """
+
+    def __init__(
+        self,
+        sink: RecordSink,
+        *,
+        topic: str,
+        max_record_bytes: int,
+        delivered: Callable[[int], int] = lambda _partition: 0,
+    ) -> None:
+        self._sink = sink
+        self._topic = topic
+        self._max_entries_bytes = max_record_bytes - _RECORD_OVERHEAD
+        self._delivered = delivered
+        self._sealed: list[_Batch] = []
+        self._open = _Batch()
+        self._last: _Batch | None = None  # the latest batch that holds anything
+        self._wakeup = trio.Event()
+        self._closed = False
+        self._failure: TransportError | None = None
+        self._counts = {"batches": 0, "records": 0, "entries": 0, "bytes": 0, "retries": 0}
+        self._pending_entries = 0
+
+    # -- recording (synchronous: called by the engines and the intake) ------------------------
+
+    def journal_for(self, partition: int) -> Callable[[JournalEntry], None]:
+        """The ``journal`` callable of partition ``partition``'s engine."""
+
+        def journal(entry: JournalEntry) -> None:
+            self.append(partition, entry)
+
+        return journal
+
+    def append(self, partition: int, entry: JournalEntry) -> None:
+        """Record one entry of ``partition``'s journal.
+
+        Raises:
+            SizeLimitError: the entry alone is too large for a changelog record (the engine
+                then refuses the input; nothing was recorded).
+            TransportError: the journal has failed for good.
+        """
+        self._check()
+        text = json.dumps(encode_entry(entry), ensure_ascii=False, separators=(",", ":"))
+        size = len(text.encode("utf-8", "surrogatepass")) + 1
+        if size > self._max_entries_bytes:
+            raise SizeLimitError(
+                "(record)",
+                f"the input's journal entry ({size} bytes) is larger than a changelog record"
+                f" may be (max_record_bytes)",
+            )
+        part = self._open.parts.get(partition)
+        if part is not None and part.size + size > self._max_entries_bytes:
+            self._seal()
+            part = None
+        if part is None:
+            part = self._open.parts[partition] = _Part()
+        part.entries.append(text)
+        part.size += size
+        self._pending_entries += 1
+        self._touch()
+
+    def positions(self, partition: int, positions: Mapping[str, int]) -> None:
+        """Record the input positions ``partition`` reached with the entries recorded so far."""
+        self._check()
+        part = self._open.parts.get(partition)
+        if part is None:
+            part = self._open.parts[partition] = _Part()
+        part.positions.update(positions)
+        self._touch()
+
+    def after(self, release: Callable[[], None]) -> None:
+        """Call ``release`` once everything recorded so far is acknowledged (in order)."""
+        self._check()
+        if self._open.empty() and (self._last is None or self._last.done.is_set()):
+            release()  # nothing recorded yet, nothing in flight
+            return
+        self._open.releases.append(release)
+        self._touch()
+
+    async def durable(self) -> None:
+        """Return once everything recorded so far is acknowledged by the broker.
+
+        Raises:
+            TransportError: the journal failed; what was recorded is not known to be durable.
+        """
+        batch = self._last
+        if batch is None:
+            return
+        await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    def close(self) -> None:
+        """No more entries: :meth:`run` returns once everything recorded is acknowledged."""
+        self._closed = True
+        self._wakeup.set()
+
+    def statistics(self) -> ChangelogStatistics:
+        """The writer's counts."""
+        return ChangelogStatistics(**self._counts, pending_entries=self._pending_entries)
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _touch(self) -> None:
+        self._last = self._open
+        self._wakeup.set()
+
+    def _seal(self) -> None:
+        self._sealed.append(self._open)
+        self._open = _Batch()
+
+    # -- the writer task ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write batches, one in flight at a time, until closed and drained.
+
+        Raises:
+            TransportError: the broker refused a journal record for good.
+        """
+        task_status.started()
+        while True:
+            if not self._sealed:
+                if self._open.empty():
+                    if self._closed:
+                        return
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                self._seal()
+            batch = self._sealed.pop(0)
+            try:
+                await self._write(batch)
+            except TransportError as exc:
+                self._fail(batch, exc)
+                raise
+            batch.done.set()
+            for release in batch.releases:
+                release()
+
+    def _fail(self, batch: _Batch, error: TransportError) -> None:
+        self._failure = error
+        for pending in [batch, *self._sealed, self._open]:
+            pending.error = error
+            pending.done.set()
+        _log.error("changelog_failed", error=str(error))
+
+    async def _write(self, batch: _Batch) -> None:
+        records = [self._record(p, part) for p, part in sorted(batch.parts.items())]
+        entries = sum(len(part.entries) for part in batch.parts.values())
+        todo = list(range(len(records)))
+        attempt = 0
+        while todo:
+            delivery = await self._sink.send_batch([records[i] for i in todo])
+            results = await delivery.results()
+            failed = [(i, f) for i, f in zip(todo, results, strict=True) if f is not None]
+            for _i, failure in failed:
+                if not failure.retriable:
+                    raise TransportError(
+                        f"changelog topic {self._topic!r} refused a journal record:"
+                        f" {failure.reason}"
+                    )
+            todo = [i for i, _f in failed]
+            if todo:
+                self._counts["retries"] += 1
+                _log.warning("changelog_retry", records=len(todo), reason=failed[0][1].reason)
+                await trio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
+                attempt += 1
+        self._counts["batches"] += 1
+        self._counts["records"] += len(records)
+        self._counts["entries"] += entries
+        self._counts["bytes"] += sum(len(r.value) for r in records)
+        self._pending_entries -= entries
+
+    def _record(self, partition: int, part: _Part) -> OutRecord:
+        positions = json.dumps(part.positions, ensure_ascii=False, separators=(",", ":"))
+        value = (
+            f'{{"v":1,"type":"journal","partition":{partition:d},'
+            f'"entries":[{",".join(part.entries)}],"positions":{positions},'
+            f'"delivered":{self._delivered(partition):d}}}'
+        )
+        return OutRecord(
+            self._topic, JOURNAL_KEY, value.encode("utf-8", "surrogatepass"), partition=partition
+        )
+
+
+class Gate(Protocol):
+    """What the intake and the HTTP layer need from the journal (or from its absence)."""
+
+    def positions(self, partition: int, positions: Mapping[str, int]) -> None: ...
+
+    def after(self, release: Callable[[], None]) -> None: ...
+
+    async def durable(self) -> None: ...
+
+
+class NoJournal:
+    """The gate without a journal (``PURGATORY_JOURNAL=false``): nothing is held back, and
+    nothing survives a restart."""
+
+    def positions(self, partition: int, positions: Mapping[str, int]) -> None:
+        """Nothing to record."""
+
+    def after(self, release: Callable[[], None]) -> None:
+        """Release at once."""
+        release()
+
+    async def durable(self) -> None:
+        """Nothing to wait for."""
+
+
+def decode_journal_record(value: bytes) -> dict[str, Any] | None:
+    """The journal batch of a changelog record; None for another kind of changelog record.
+
+    Raises:
+        TransportError: the record is not a changelog record this version can read.
+    """
+    try:
+        doc = json.loads(value)
+    except ValueError as exc:
+        raise TransportError(f"changelog record is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("v") != 1:
+        raise TransportError(f"changelog record of an unknown format: {value[:80]!r}")
+    if doc.get("type") != "journal":
+        return None
+    return doc
