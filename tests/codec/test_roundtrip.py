@@ -13,7 +13,6 @@ from purgatory._codec import (
     CancelRequest,
     Limits,
     RecordError,
-    outcome_id,
     RegisterRequest,
     Request,
     SignalInput,
@@ -29,6 +28,7 @@ from purgatory._codec import (
     encode_request,
     encode_signal,
     message_key,
+    outcome_id,
 )
 from purgatory._core import MAX_TIME_MS, Condition, OperationSpec, Outcome, TimeDomain, UsageError
 from tests.codec._strategies import (
