@@ -386,6 +386,17 @@ class Engine:
                 flagged += 1
         return flagged
 
+    def decided_after(self, sequence: int) -> list[Outcome]:
+        """The outcomes still remembered (within ``outcome_ttl_ms``) whose sequence is after
+        ``sequence``, in sequence order: after a restore, those that may not have been
+        delivered."""
+        found = [
+            e.value.outcome
+            for _, e in self.finished.items(now_ms=self._now)
+            if e.value.outcome.sequence > sequence
+        ]
+        return sorted(found, key=lambda o: o.sequence)
+
     def next_expiration_ms(self) -> int | None:
         """When :meth:`advance_clock` has work next (signal and outcome expiry included)."""
         times = [

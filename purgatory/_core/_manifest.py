@@ -47,6 +47,8 @@ class SnapshotManifest:
         chunks: how many chunks follow.
         size_bytes: the snapshot's length.
         crc32: CRC-32 of the whole snapshot.
+        delivered: the highest outcome sequence known delivered when the journal reached
+            ``journal_offset`` (a restore re-sends the outcomes after it).
     """
 
     partition: int
@@ -56,6 +58,7 @@ class SnapshotManifest:
     chunks: int
     size_bytes: int
     crc32: int
+    delivered: int = 0
 
 
 def split_snapshot(
@@ -66,6 +69,7 @@ def split_snapshot(
     journal_offset: int,
     clock_ms: int,
     input_positions: Sequence[tuple[str, int, int]] = (),
+    delivered: int = 0,
 ) -> tuple[SnapshotManifest, list[bytes]]:
     """Cut ``data`` into chunks of at most ``max_chunk_bytes`` and describe them.
 
@@ -83,6 +87,7 @@ def split_snapshot(
         ("partition", partition),
         ("journal_offset", journal_offset),
         ("clock_ms", clock_ms),
+        ("delivered", delivered),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise UsageError(f"{name} must be an int >= 0, got {value!r}")
@@ -97,6 +102,7 @@ def split_snapshot(
         chunks=len(chunks),
         size_bytes=len(data),
         crc32=zlib.crc32(data),
+        delivered=delivered,
     )
     return manifest, chunks
 
@@ -139,6 +145,7 @@ def encode_manifest(manifest: SnapshotManifest) -> bytes:
         "chunks": manifest.chunks,
         "size_bytes": manifest.size_bytes,
         "crc32": manifest.crc32,
+        "delivered": manifest.delivered,
     }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -161,7 +168,17 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
             f"(this build reads {MANIFEST_VERSION})"
         )
     numbers = {}
-    for name in ("partition", "journal_offset", "clock_ms", "chunks", "size_bytes", "crc32"):
+    doc.setdefault("delivered", 0)  # written before it was kept
+    names = (
+        "partition",
+        "journal_offset",
+        "clock_ms",
+        "chunks",
+        "size_bytes",
+        "crc32",
+        "delivered",
+    )
+    for name in names:
         value = doc.get(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadRecordError(f"snapshot manifest: {name}: must be an int >= 0, got {value!r}")
@@ -179,6 +196,7 @@ def decode_manifest(data: bytes) -> SnapshotManifest:
         chunks=numbers["chunks"],
         size_bytes=numbers["size_bytes"],
         crc32=numbers["crc32"],
+        delivered=numbers["delivered"],
     )
 
 

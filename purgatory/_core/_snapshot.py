@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from purgatory._core._engine import Engine, EngineConfig, _Finished
+from purgatory._core._entries import JournalEntry
 from purgatory._core._errors import BadRecordError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind, SignalFact
@@ -77,8 +79,11 @@ def restore_engine(
     *,
     now_ms: int,
     config: EngineConfig | None = None,
+    journal: Callable[[JournalEntry], None] | None = None,
 ) -> Engine:
     """Rebuild an engine from :func:`snapshot_engine` bytes at time ``now_ms``.
+
+    ``journal`` is attached to the rebuilt engine (the restore itself is not journaled).
 
     Raises:
         BadRecordError: the bytes are not a snapshot, of an unsupported version, or damaged.
@@ -114,6 +119,7 @@ def restore_engine(
             engine._restore_pending(spec, registered_ms=row[10], late=late)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BadRecordError(f"snapshot: malformed document ({exc})") from exc
+    engine._journal = journal
     return engine
 
 

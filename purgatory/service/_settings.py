@@ -311,7 +311,14 @@ class Settings:
         "purgatory.dead-letters", _TOPIC_NAME, "Topic of rejected records, with the reason."
     )
     topic_changelog: str = _setting(
-        "purgatory.changelog", _TOPIC_NAME, "Topic of state changes and snapshots (restore)."
+        "purgatory.changelog",
+        _TOPIC_NAME,
+        "Topic of the journal: every input applied, per partition (the source of truth).",
+    )
+    topic_snapshots: str = _setting(
+        "purgatory.snapshots",
+        _TOPIC_NAME,
+        "Topic of the partitions' snapshots (chunks and manifests); they bound the replay.",
     )
     topic_partitions: int = _int(
         4, 1, 10_000, "Partitions of each topic the service creates (in development)."
@@ -382,6 +389,14 @@ class Settings:
         "Journal every input to the changelog topic before answering or delivering, and"
         " restore each partition from it (false: state is in memory only, and a restart loses"
         " the pending operations).",
+    )
+    snapshot_interval_ms: int = _int(
+        60_000,
+        0,
+        86_400_000,
+        "How often a partition whose journal grew is snapshotted, in ms, by a process beside"
+        " the service that tails the journal (0: never; a restore then replays the whole"
+        " journal).",
     )
     reply_to_timeout_ms: int = _int(
         30_000,

@@ -141,6 +141,10 @@ class LogReader(Protocol):
         """The offset after the last record of the partition, as a fetch reports it."""
         ...
 
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        ...
+
 
 class Transport(Protocol):
     """Opens the service's source and sink."""

@@ -842,6 +842,7 @@ def bench_latency(
         "PURGATORY_TOPIC_CALLBACKS": f"callbacks-{tag}",
         "PURGATORY_TOPIC_DEAD_LETTERS": f"dead-{tag}",
         "PURGATORY_TOPIC_CHANGELOG": f"changelog-{tag}",
+        "PURGATORY_TOPIC_SNAPSHOTS": f"snapshots-{tag}",
     }
     broker.create_topics({topic: _PARTITIONS for topic in names.values()})
     env = {**names, "PURGATORY_KAFKA_GROUP_ID": f"group-{tag}", "PURGATORY_LOG_LEVEL": "warning"}

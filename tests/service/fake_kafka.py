@@ -180,6 +180,9 @@ class FakeReader:
     async def end_offset(self, topic: str, partition: int) -> int:
         return len(self._broker.topics[topic][partition])
 
+    async def partition_count(self, topic: str) -> int:
+        return len(self._broker.topics[topic])
+
 
 @dataclass
 class FakeTransport:

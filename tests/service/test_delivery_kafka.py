@@ -180,6 +180,7 @@ def test_sigterm_with_thousands_of_expirations_due_delivers_them_all_and_exits_0
         "PURGATORY_TOPIC_CALLBACKS": settings.topic_callbacks,
         "PURGATORY_TOPIC_DEAD_LETTERS": settings.topic_dead_letters,
         "PURGATORY_TOPIC_CHANGELOG": settings.topic_changelog,
+        "PURGATORY_TOPIC_SNAPSHOTS": settings.topic_snapshots,
         "PURGATORY_HTTP_PORT": str(settings.http_port),
         "PURGATORY_LOG_LEVEL": "warning",
     }

@@ -56,6 +56,7 @@ def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
         topic_callbacks=f"{prefix}.callbacks",
         topic_dead_letters=f"{prefix}.dead-letters",
         topic_changelog=f"{prefix}.changelog",
+        topic_snapshots=f"{prefix}.snapshots",
         topic_partitions=PARTITIONS,
         http_port=free_port(),
         **overrides,
@@ -69,6 +70,7 @@ def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
                 settings.topic_callbacks,
                 settings.topic_dead_letters,
                 settings.topic_changelog,
+                settings.topic_snapshots,
             )
         }
     )
@@ -411,6 +413,7 @@ def test_sigterm_drains_and_flushes_every_accepted_outcome(
                 "topic_callbacks",
                 "topic_dead_letters",
                 "topic_changelog",
+                "topic_snapshots",
                 "kafka_group_id",
             )
         },

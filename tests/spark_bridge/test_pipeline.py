@@ -56,6 +56,7 @@ def service(
         "PURGATORY_TOPIC_CALLBACKS": f"callbacks-{tag}",
         "PURGATORY_TOPIC_DEAD_LETTERS": f"dead-{tag}",
         "PURGATORY_TOPIC_CHANGELOG": f"changelog-{tag}",
+        "PURGATORY_TOPIC_SNAPSHOTS": f"snapshots-{tag}",
         "PURGATORY_KAFKA_GROUP_ID": f"group-{tag}",
     }
     kafka_broker.create_topics({topic: 2 for name, topic in names.items() if "TOPIC" in name})

@@ -126,7 +126,7 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- fail "kafka.sasl.usernameKey: required (or config.kafka_sasl_username) with kafka.sasl.existingSecret" }}
 {{- end }}
 {{- $topics := dict }}
-{{- range $name := list "topic_requests" "topic_signals" "topic_callbacks" "topic_dead_letters" "topic_changelog" }}
+{{- range $name := list "topic_requests" "topic_signals" "topic_callbacks" "topic_dead_letters" "topic_changelog" "topic_snapshots" }}
 {{- $topic := get $cfg $name }}
 {{- if hasKey $topics $topic }}
 {{- fail (printf "config.%s: must differ from config.%s, both are %q" $name (get $topics $topic) $topic) }}

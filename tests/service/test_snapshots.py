@@ -1,0 +1,175 @@
+"""Snapshots on the in-memory broker, in virtual time: written by the snapshotter from the
+journal, found again, and a restore from one decides what a restore from the journal alone does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import trio
+import trio.testing
+
+from purgatory._codec import encode_request, encode_signal
+from purgatory._codec._records import RegisterRequest, SignalRecord
+from purgatory._core import snapshot_engine
+from purgatory.service._app import Service, topics_of
+from purgatory.service._restore import Progress, restore_partition
+from purgatory.service._settings import Settings
+from purgatory.service._snapshots import CHUNK_KEY, MANIFEST_KEY, find_latest, write_snapshot
+from purgatory.service._snapshotter import Snapshotter
+from reaper import Clock
+from tests.service.fake_kafka import FakeBroker, FakeReader, FakeTransport
+
+EPOCH_MS = 1_763_780_400_000
+SETTINGS = Settings.from_env({}, shutdown_grace_ms=5_000, snapshot_interval_ms=1_000)
+REQUESTS, SIGNALS = SETTINGS.topic_requests, SETTINGS.topic_signals
+CALLBACKS, CHANGELOG = SETTINGS.topic_callbacks, SETTINGS.topic_changelog
+SNAPSHOTS = SETTINGS.topic_snapshots
+
+
+def _broker(**faults: Any) -> FakeBroker:
+    return FakeBroker({t: 2 for t in topics_of(SETTINGS)}, **faults)
+
+
+def _register(broker: FakeBroker, scope: str, op_id: str, keys: list[str], **kw: Any) -> None:
+    request = RegisterRequest(op_id=op_id, scope=scope, keys=tuple(keys), **kw)
+    broker.append(REQUESTS, scope.encode(), encode_request(request))
+
+
+def _signal(broker: FakeBroker, scope: str, key: str) -> None:
+    broker.append(SIGNALS, scope.encode(), encode_signal(SignalRecord(scope, key, None, None)))
+
+
+async def _serve(broker: FakeBroker, stop: trio.Event, *, with_snapshotter: bool) -> None:
+    fake = FakeTransport(broker, max_batch=16)
+    async with (
+        fake.open_sink() as sink,
+        fake.open_reader() as reader,
+        fake.open_source(topics=[REQUESTS, SIGNALS], group_id="g", assignment=None) as source,
+    ):
+        service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+        async with trio.open_nursery() as nursery:
+            if with_snapshotter:
+                snapshotter = Snapshotter(
+                    reader,
+                    sink,
+                    changelog_topic=CHANGELOG,
+                    snapshots_topic=SNAPSHOTS,
+                    config=SETTINGS.to_engine_config(),
+                    partitions=[0, 1],
+                    interval_ms=SETTINGS.snapshot_interval_ms,
+                    max_record_bytes=4_096,  # small chunks: a snapshot spans several
+                    tail_every_s=0.2,
+                )
+                nursery.start_soon(snapshotter.run)
+            await service.run(stop, serve_http=False)
+            nursery.cancel_scope.cancel()
+
+
+def _callbacks(broker: FakeBroker) -> dict[str, bytes]:
+    """Every callback by its id; copies of one id must be byte-identical."""
+    seen: dict[str, bytes] = {}
+    for record in broker.records(CALLBACKS):
+        value = record.value or b""
+        ident = json.loads(value)["id"]
+        assert seen.setdefault(ident, value) == value, ident
+    return seen
+
+
+async def test_a_restart_from_a_snapshot_and_its_journal_tail_decides_the_same_outcomes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    for i in range(60):
+        _register(broker, f"s{i % 5}", f"op{i}", [f"k{i}"], timeout_ms=3_600_000)
+        _register(broker, f"s{i % 5}", f"t{i}", [], timeout_ms=2_000 + 100 * i)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=True))
+        await trio.sleep(3)  # snapshots are written; some timers have expired
+        for i in range(0, 60, 2):
+            _signal(broker, f"s{i % 5}", f"k{i}")
+        await trio.sleep(3)
+        stop.set()
+    manifests = [r for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY]
+    assert manifests, "the snapshotter wrote no snapshot"
+    assert any(r.key == CHUNK_KEY for r in broker.records(SNAPSHOTS))
+    before = _callbacks(broker)
+
+    # Rebuild each partition both ways: from its latest snapshot and from the journal alone.
+    reader = FakeReader(broker)
+    for partition in (0, 1):
+        found = await find_latest(reader, topic=SNAPSHOTS, partition=partition)
+        assert found is not None and found.manifest.journal_offset > 0
+        from_snapshot = await restore_partition(
+            reader,
+            topic=CHANGELOG,
+            snapshots_topic=SNAPSHOTS,
+            partition=partition,
+            config=SETTINGS.to_engine_config(),
+            journal=None,
+            progress=Progress(partition),
+        )
+        from_journal = await restore_partition(
+            reader,
+            topic=CHANGELOG,
+            snapshots_topic=None,
+            partition=partition,
+            config=SETTINGS.to_engine_config(),
+            journal=None,
+            progress=Progress(partition),
+        )
+        assert from_snapshot.progress.snapshot_bytes > 0
+        assert from_snapshot.progress.entries < from_journal.progress.entries
+        assert snapshot_engine(from_snapshot.engine) == snapshot_engine(from_journal.engine)
+        assert from_snapshot.positions == from_journal.positions
+        assert from_snapshot.journal_end == from_journal.journal_end
+
+    # A restarted service restores from the snapshots and re-sends nothing that differs.
+    again = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _serve(broker, again, with_snapshotter=False))
+        await trio.sleep(200)  # every timer is due
+        again.set()
+    after = _callbacks(broker)
+    assert before.items() <= after.items()
+    ops = {json.loads(v)["op_id"]: json.loads(v)["outcome"] for v in after.values()}
+    assert len(ops) == len(after)  # one outcome per operation, one id each
+    expected = {f"t{i}": "expired" for i in range(60)} | {
+        f"op{i}": "completed" for i in range(0, 60, 2)
+    }
+    assert ops == expected
+
+
+async def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    reader = FakeReader(broker)
+    async with FakeTransport(broker).open_sink() as sink:
+        for clock_ms, data in ((1, b"first snapshot"), (2, b"second snapshot")):
+            await write_snapshot(
+                sink,
+                topic=SNAPSHOTS,
+                data=data * 100,
+                partition=1,
+                journal_offset=clock_ms * 10,
+                clock_ms=clock_ms,
+                input_positions={REQUESTS: clock_ms},
+                delivered=clock_ms,
+                max_record_bytes=1_100,
+            )
+    found = await find_latest(reader, topic=SNAPSHOTS, partition=1)
+    assert found is not None and found.data == b"second snapshot" * 100
+    assert found.manifest.delivered == 2
+    assert found.manifest.input_positions == ((REQUESTS, 1, 2),)
+    # Alter one chunk of the second snapshot: its checksum fails, the first one is used.
+    log = broker.topics[SNAPSHOTS][1]
+    last_chunk = log[found.offset - 1]
+    log[found.offset - 1] = dataclasses.replace(
+        last_chunk, value=(last_chunk.value or b"")[:-1] + b"!"
+    )
+    fallback = await find_latest(reader, topic=SNAPSHOTS, partition=1)
+    assert fallback is not None and fallback.data == b"first snapshot" * 100
+    assert await find_latest(reader, topic=SNAPSHOTS, partition=0) is None
