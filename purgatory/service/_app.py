@@ -42,7 +42,7 @@ from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
 from purgatory.service._logging import get_logger
-from purgatory.service._metrics import Metrics
+from purgatory.service._metrics import JournalStatus, Metrics, PartitionStatus
 from purgatory.service._openapi import load_openapi
 from purgatory.service._outbox import Outbox
 from purgatory.service._restore import Progress, follow_assignment
@@ -193,6 +193,8 @@ class Service:
             outbox_stats=self.outbox.statistics,
             consumer_lag=self.source.lag,
             ready=self.is_ready,
+            partitions=self.partition_status,
+            journal=self._journal_status if self.changelog is not None else None,
         )
         self.http_config = HttpConfig(
             limits=limits_of(settings),
@@ -201,6 +203,7 @@ class Service:
             max_wait_ms=settings.max_wait_ms,
             api_token=settings.api_token,
             ready=self.is_ready,
+            readiness=self.readiness,
             metrics=self.metrics.render,
             openapi=load_openapi(),
             observe=self.metrics.http_request,
@@ -215,6 +218,42 @@ class Service:
             return False
         held = {p for t, p in self.source.assignment() if t == self.settings.topic_requests}
         return bool(held) and held <= self.state.serving()
+
+    def partition_status(self) -> list[PartitionStatus]:
+        """The input partitions held now: served, or restoring (and how far)."""
+        serving = self.state.serving()
+        held = serving | self.state.restoring_now()
+        now = trio.current_time()
+        statuses = []
+        for partition in sorted(held):
+            progress = self.restores.get(partition)
+            records = progress.records if progress is not None else 0
+            seconds = 0.0
+            if progress is not None:
+                seconds = (
+                    progress.seconds if progress.seconds is not None else now - progress.started_s
+                )
+            statuses.append(PartitionStatus(partition, partition in serving, records, seconds))
+        return statuses
+
+    def readiness(self) -> dict[str, object]:
+        """``/readyz``: whether the service serves, and each held partition's restore."""
+        return {
+            "ready": self.is_ready(),
+            "partitions": {
+                str(s.partition): {
+                    "state": "serving" if s.serving else "restoring",
+                    "restore_records": s.records,
+                    "restore_seconds": round(s.seconds, 3),
+                }
+                for s in self.partition_status()
+            },
+        }
+
+    def _journal_status(self) -> JournalStatus:
+        assert self.changelog is not None
+        stats = self.changelog.statistics()
+        return JournalStatus(stats.records, stats.entries, stats.bytes, stats.pending_entries)
 
     async def follow_assignment(self) -> None:
         """Restore and serve each input partition the source is given; drop each one taken

@@ -67,6 +67,7 @@ class HttpConfig:
     openapi: Mapping[str, Any]
     observe: Callable[[str, str, int, float], None] = lambda route, method, status, s: None
     count_registration: Callable[[str], None] = lambda result: None
+    readiness: Callable[[], Mapping[str, object]] | None = None
 
 
 class HttpError(Exception):
@@ -284,7 +285,8 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
 
     async def readyz(request: Request) -> Response:
         ready = config.ready()
-        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+        body = config.readiness() if config.readiness is not None else {"ready": ready}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics(request: Request) -> Response:
         data, content_type = config.metrics()

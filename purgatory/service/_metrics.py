@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
@@ -39,7 +39,9 @@ __all__ = [
     "LATENCY_BUCKETS_S",
     "REGISTRATION_RESULTS",
     "WAIT_BUCKETS_S",
+    "JournalStatus",
     "Metrics",
+    "PartitionStatus",
 ]
 
 #: The ``result`` label values of ``purgatory_registrations_total``.
@@ -74,6 +76,33 @@ def _seconds(ms: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """One input partition held by this replica, for ``/readyz`` and the metrics.
+
+    Attributes:
+        partition: its number.
+        serving: restored and served (False: restoring).
+        records: changelog records its restore read.
+        seconds: how long its restore took (so far, while restoring).
+    """
+
+    partition: int
+    serving: bool
+    records: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStatus:
+    """The journal writer's counts (see ``ChangelogStatistics``)."""
+
+    records: int
+    entries: int
+    bytes: int
+    pending_entries: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Sources:
     engine: Callable[[], EngineStatistics]
     executor: Callable[[], ExecutorStatistics]
@@ -81,6 +110,8 @@ class _Sources:
     outbox: Callable[[], OutboxStatistics]
     consumer_lag: Callable[[], dict[tuple[str, int], int]]
     ready: Callable[[], bool]
+    partitions: Callable[[], list[PartitionStatus]]
+    journal: Callable[[], JournalStatus] | None
 
 
 # (name, help, value from the record) for each source's gauges.
@@ -125,6 +156,27 @@ _OUTBOX_GAUGES: tuple[tuple[str, str, Callable[[OutboxStatistics], float]], ...]
 )  # fmt: skip
 _CONSUMER_LAG = ("purgatory_consumer_lag", "Records not yet consumed, per topic and partition.")
 _READY = ("purgatory_ready", "1 when the service serves (restored, consuming), else 0.")
+_PARTITION_SERVING = (
+    "purgatory_partition_serving",
+    "Per input partition held: 1 when restored and served, 0 while its restore runs.",
+)
+_RESTORE_RECORDS = (
+    "purgatory_partition_restore_records",
+    "Changelog records the partition's restore read (so far, while it runs).",
+)
+_RESTORE_SECONDS = (
+    "purgatory_partition_restore_seconds",
+    "How long the partition's restore took (so far, while it runs).",
+)
+_JOURNAL_PENDING = (
+    "purgatory_journal_pending_entries",
+    "Journal entries recorded that the broker has not acknowledged yet.",
+)
+_JOURNAL_COUNTERS = (
+    ("purgatory_journal_records", "Changelog records written (journal batches, per partition)."),
+    ("purgatory_journal_entries", "Inputs journaled and acknowledged."),
+    ("purgatory_journal_bytes", "Bytes of changelog records written."),
+)
 _INFO = ("purgatory_info", "Always 1; the labels describe the running build.")
 
 
@@ -136,7 +188,9 @@ class _ScrapeCollector(Collector):
         self.sources: _Sources | None = None
 
     def describe(self) -> Iterable[Metric]:
-        return [GaugeMetricFamily(name, doc) for name, doc in _gauge_docs()]
+        gauges: list[Metric] = [GaugeMetricFamily(name, doc) for name, doc in _gauge_docs()]
+        counters = [CounterMetricFamily(name, doc) for name, doc in _JOURNAL_COUNTERS]
+        return gauges + counters
 
     def collect(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(*_INFO, labels=["version"])
@@ -161,6 +215,31 @@ class _ScrapeCollector(Collector):
             family.add_metric([topic, str(partition)], records)
         yield family
         yield GaugeMetricFamily(*_READY, value=1 if ready else 0)
+        yield from _partition_gauges(sources)
+
+
+def _partition_gauges(sources: _Sources) -> Iterator[Metric]:
+    try:
+        held = sources.partitions()
+        journal = sources.journal() if sources.journal is not None else None
+    except Exception as exc:
+        _log.error("metrics_source_failed", source="partitions/journal", error=repr(exc))
+        return
+    families = [
+        GaugeMetricFamily(*doc, labels=["partition"])
+        for doc in (_PARTITION_SERVING, _RESTORE_RECORDS, _RESTORE_SECONDS)
+    ]
+    for status in sorted(held, key=lambda s: s.partition):
+        label = [str(status.partition)]
+        families[0].add_metric(label, 1 if status.serving else 0)
+        families[1].add_metric(label, status.records)
+        families[2].add_metric(label, status.seconds)
+    yield from families
+    if journal is not None:
+        yield GaugeMetricFamily(*_JOURNAL_PENDING, value=journal.pending_entries)
+        values = (journal.records, journal.entries, journal.bytes)
+        for (name, doc), value in zip(_JOURNAL_COUNTERS, values, strict=True):
+            yield CounterMetricFamily(name, doc, value=value)
 
 
 def _gauges(
@@ -180,7 +259,16 @@ def _gauges(
 def _gauge_docs() -> list[tuple[str, str]]:
     tables = (_ENGINE_GAUGES, _EXECUTOR_GAUGES, _REAPER_GAUGES, _OUTBOX_GAUGES)
     rows = [(name, doc) for table in tables for name, doc, _ in table]
-    return [*rows, _CONSUMER_LAG, _READY, _INFO]
+    return [
+        *rows,
+        _CONSUMER_LAG,
+        _READY,
+        _INFO,
+        _PARTITION_SERVING,
+        _RESTORE_RECORDS,
+        _RESTORE_SECONDS,
+        _JOURNAL_PENDING,
+    ]
 
 
 def _installed_version() -> str:
@@ -310,6 +398,8 @@ class Metrics:
         consumer_lag: Callable[[], dict[tuple[str, int], int]],
         ready: Callable[[], bool],
         outbox_stats: Callable[[], OutboxStatistics],
+        partitions: Callable[[], list[PartitionStatus]] = list,
+        journal: Callable[[], JournalStatus] | None = None,
     ) -> None:
         """Set the callables the gauges are computed from at each scrape (again: replace them).
 
@@ -322,9 +412,18 @@ class Metrics:
             consumer_lag: records behind the end, by ``(topic, partition)``.
             ready: whether the service serves.
             outbox_stats: the outbox's ``statistics`` (records not yet acknowledged).
+            partitions: the input partitions held, served or restoring.
+            journal: the journal writer's counts (None: no journal).
         """
         self._collector.sources = _Sources(
-            engine_stats, executor_stats, reaper_stats, outbox_stats, consumer_lag, ready
+            engine_stats,
+            executor_stats,
+            reaper_stats,
+            outbox_stats,
+            consumer_lag,
+            ready,
+            partitions,
+            journal,
         )
 
     def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
@@ -432,6 +531,7 @@ class Metrics:
         (queried as ``<name>_bucket``, ``<name>_sum`` and ``<name>_count``).
         """
         found = {name for name, _ in _gauge_docs()}
+        found.update(name + "_total" for name, _ in _JOURNAL_COUNTERS)
         for wrapper in (*self._counters, *self._histograms):
             for metric in wrapper.describe():
                 found.add(metric.name + "_total" if metric.type == "counter" else metric.name)

@@ -195,10 +195,12 @@ def build_openapi() -> dict[str, Any]:
             },
             "/readyz": {
                 "get": {
-                    "summary": "Readiness: the broker is reachable and state is loaded.",
+                    "summary": "Readiness: every input partition held is restored and served.",
+                    "description": "The body lists each partition held: `serving`, or"
+                    " `restoring` with the changelog records read and the seconds spent so far.",
                     "responses": {
                         "200": {"description": "Ready."},
-                        "503": {"description": "Not ready."},
+                        "503": {"description": "Not ready (starting, or a partition restoring)."},
                     },
                 }
             },

@@ -184,7 +184,11 @@ async def test_http_registration_completed_by_kafka_signals(kafka_broker: Embedd
         url = f"http://{settings.http_host}:{settings.http_port}"
         async with httpx.AsyncClient(base_url=url) as http:
             metrics = (await http.get("/metrics")).text
-            assert (await http.get("/readyz")).json() == {"ready": True}
+            ready = (await http.get("/readyz")).json()
+            assert ready["ready"] is True
+            assert {p: v["state"] for p, v in ready["partitions"].items()} == {
+                str(p): "serving" for p in range(PARTITIONS)
+            }
     samples = dict(
         line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#")
     )

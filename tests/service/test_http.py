@@ -290,8 +290,13 @@ async def test_probes_metrics_and_the_served_openapi_document(
 ) -> None:
     async with running() as h:
         assert (await h.http.get("/healthz")).json() == {"status": "ok"}
-        assert (await h.http.get("/readyz")).json() == {"ready": True}
-        assert "purgatory_ready 1.0" in (await h.http.get("/metrics")).text
+        ready = (await h.http.get("/readyz")).json()
+        assert ready["ready"] is True
+        assert ready["partitions"]["0"]["state"] == "serving"
+        metrics = (await h.http.get("/metrics")).text
+        assert "purgatory_ready 1.0" in metrics
+        assert 'purgatory_partition_serving{partition="0"} 1.0' in metrics
+        assert "purgatory_journal_entries_total" in metrics
         assert (await h.http.get("/openapi.json")).json() == load_openapi()
 
 

@@ -15,7 +15,9 @@ from purgatory.service._metrics import (
     LATENCY_BUCKETS_S,
     REGISTRATION_RESULTS,
     WAIT_BUCKETS_S,
+    JournalStatus,
     Metrics,
+    PartitionStatus,
 )
 from purgatory.service._outbox_stats import OutboxStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
@@ -93,6 +95,11 @@ class Fakes:
             consumer_lag=lambda: dict(self.lag),
             ready=lambda: self.ready,
             outbox_stats=lambda: OUTBOX,
+            partitions=lambda: [
+                PartitionStatus(0, True, 12, 0.5),
+                PartitionStatus(1, False, 3, 0.1),
+            ],
+            journal=lambda: JournalStatus(records=4, entries=40, bytes=4_000, pending_entries=2),
         )
 
 
@@ -142,7 +149,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 32
+    assert len(metrics.names()) == 39
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
