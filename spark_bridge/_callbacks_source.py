@@ -27,9 +27,16 @@ from there, so the tail is delayed, never skipped. Under ``Trigger.AvailableNow`
 probe of the run fixes the target, and later calls never go past it.
 
 Callbacks are at-least-once on the wire: a retried produce or a service restart may write one
-outcome twice. ``(op_id, sequence)`` identifies a callback, so :func:`dedupe` drops the copies.
-Records are read in offset order per partition and never twice by one query (the offsets are in
-the checkpoint), so duplicates come from the producer only.
+outcome twice, and the copy repeats the record's ``id`` exactly. ``id`` identifies an outcome
+across scopes, partitions, replicas and restarts, so :func:`dedupe` drops the copies by ``id``
+alone. ``(op_id, sequence)`` does not identify one: op_ids repeat across scopes and ``sequence``
+counts per input partition, so de-duplicating on it would drop real outcomes. Records are read in
+offset order per partition and never twice by one query (the offsets are in the checkpoint), so
+duplicates come from the producer only.
+
+The record's ``partition`` field (the input partition whose engine decided the outcome) is the
+column ``input_partition``: ``partition``, as in Spark's Kafka source, is the callbacks-topic
+partition the row was read from (with ``topic`` and ``offset``).
 
 Options (all strings, names case-insensitive; an unknown option is an error that names it):
 
@@ -98,7 +105,8 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA", "CallbacksDataSource", "cap_offsets", "dedupe"]
 
 #: The rows of ``purgatory-callbacks``: the callback record's fields in the format's order
-#: (``signals`` as JSON object text, ``payload`` as JSON text or null), then where it was read.
+#: (``signals`` as JSON object text, ``payload`` as JSON text or null; the record's ``partition``
+#: as ``input_partition``), then where it was read (``topic``, ``partition``, ``offset``).
 SCHEMA = StructType(
     [
         StructField("op_id", StringType(), nullable=False),
@@ -109,6 +117,8 @@ SCHEMA = StructType(
         StructField("deadline_ms", LongType(), nullable=False),
         StructField("time_domain", StringType(), nullable=False),
         StructField("sequence", LongType(), nullable=False),
+        StructField("input_partition", IntegerType(), nullable=False),
+        StructField("id", StringType(), nullable=False),
         StructField("keys", ArrayType(StringType(), containsNull=False), nullable=False),
         StructField("missing", ArrayType(StringType(), containsNull=False), nullable=False),
         StructField("signals", StringType(), nullable=False),
@@ -406,6 +416,8 @@ def _row(settings: _Settings, record: Any) -> tuple[Any, ...] | None:
         c["deadline_ms"],
         c["time_domain"],
         c["sequence"],
+        c["partition"],
+        c["id"],
         c["keys"],
         c["missing"],
         _signals_text(signals),
@@ -552,17 +564,21 @@ class CallbacksDataSource(DataSource):
 
 
 def dedupe(df: DataFrame) -> DataFrame:
-    """Drop the duplicate callbacks of an at-least-once stream: the same ``(op_id, sequence)``.
+    """Drop the duplicate callbacks of an at-least-once stream: the same ``id``.
+
+    A re-sent callback repeats its ``id`` exactly, and two different outcomes never share one
+    (even with the same ``op_id`` and ``sequence``, in other scopes or partitions), so only the
+    copies go.
 
     On a streaming DataFrame, ``dropDuplicates`` keeps every key seen in the query's state
     store for ever; for a long-running query add an event-time watermark and use
-    ``withWatermark(...).dropDuplicatesWithinWatermark(["op_id", "sequence"])`` instead
+    ``withWatermark(...).dropDuplicatesWithinWatermark(["id"])`` instead
     (for example on ``timestamp_millis(outcome_ms)``), which bounds the state by the delay.
 
     Args:
-        df: rows of :data:`SCHEMA` (at least the ``op_id`` and ``sequence`` columns).
+        df: rows of :data:`SCHEMA` (at least the ``id`` column).
 
     Returns:
-        ``df`` with one row per ``(op_id, sequence)``.
+        ``df`` with one row per ``id``.
     """
-    return df.dropDuplicates(["op_id", "sequence"])
+    return df.dropDuplicates(["id"])

@@ -139,8 +139,9 @@ class Outcome:
     """The single terminal result of one operation, delivered as a callback.
 
     Attributes:
-        sequence: increases by one per outcome of the engine (survives restarts), so that a
-            consumer of at-least-once callbacks can drop duplicates by (op_id, sequence).
+        sequence: increases by one per outcome of the engine (survives restarts: it is
+            replayed from the journal); with ``partition`` and the registration answered it
+            makes the outcome's identity (``purgatory._codec.outcome_id``).
         keys: the keys whose signals satisfied it (completed), in the spec's order.
         missing: the keys that never arrived (expired or cancelled).
         signals: the payloads of the satisfying signals, by key.

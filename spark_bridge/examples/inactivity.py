@@ -175,6 +175,7 @@ def _sessions_query(
         "deadline_ms AS session_end_ms",
         "op_id",
         "sequence",
+        "id",
     )
     return (
         sessions.writeStream.format("parquet")

@@ -10,18 +10,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from purgatory._codec import encode_callback
+from purgatory._codec import encode_callback, outcome_id
 from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
 from purgatory.service._broker import free_port
 from spark_bridge._callbacks_source import (
     SCHEMA,
     CallbacksDataSource,
+    _row,
     _settings,
     cap_offsets,
     dedupe,
@@ -37,6 +39,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 _FORMAT = "purgatory-callbacks"
 _COLUMNS = [field.name for field in SCHEMA.fields]
+# The callback record's columns come first; then where the row was read.
+_RECORD = _COLUMNS.index("topic")
+_TOPIC, _PARTITION, _OFFSET = _RECORD, _RECORD + 1, _RECORD + 2
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +66,7 @@ def _outcome(i: int, scope: str) -> Outcome:
             keys=("k1", f"k/{i}"),
             signals={"k1": '{"rows":1}', f"k/{i}": None},
             payload=f'{{"n":{i},"s":"é"}}',
+            partition=i % 5,
         )
     return Outcome(
         op_id=f"{scope}/op-{i}",
@@ -73,6 +79,7 @@ def _outcome(i: int, scope: str) -> Outcome:
         sequence=i + 1,
         missing=("k1",),
         late=i % 3 == 0,
+        partition=i % 5,
     )
 
 
@@ -87,6 +94,8 @@ def _expected(o: Outcome) -> tuple[Any, ...]:
         o.deadline_ms,
         o.time_domain.value,
         o.sequence,
+        o.partition,
+        outcome_id(o),
         list(o.keys),
         list(o.missing),
         "{" + signals + "}",
@@ -170,12 +179,61 @@ def test_batch_reads_every_callback_with_every_field(
     assert df.columns == _COLUMNS
     rows = _rows(df)
     assert len(rows) == len(outcomes)
-    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in outcomes)
-    assert {row[13] for row in rows} == {topic}
+    assert sorted(row[:_RECORD] for row in rows) == sorted(_expected(o) for o in outcomes)
+    assert {row[_TOPIC] for row in rows} == {topic}
     for p in (0, 1):
-        offsets = sorted(row[15] for row in rows if row[14] == p)
+        offsets = sorted(row[_OFFSET] for row in rows if row[_PARTITION] == p)
         assert offsets == list(range(len(offsets)))
     assert dedupe(df.union(df)).count() == len(outcomes)
+
+
+def test_the_schema_carries_the_records_partition_and_id_after_sequence() -> None:
+    at = _COLUMNS.index("sequence")
+    assert _COLUMNS[at : at + 3] == ["sequence", "input_partition", "id"]
+    assert _COLUMNS[_RECORD:] == ["topic", "partition", "offset"]
+    assert len(set(_COLUMNS)) == len(_COLUMNS)  # the record's partition is input_partition
+    assert not SCHEMA["input_partition"].nullable
+    assert not SCHEMA["id"].nullable
+
+
+def test_dedupe_keeps_different_outcomes_that_share_op_id_and_sequence(
+    spark: SparkSession,
+) -> None:
+    """Only an exact re-send (the same id) is a duplicate, whatever op_id and sequence say."""
+    settings = _settings({"bootstrap_servers": "h:1"})
+
+    def outcome(scope: str, partition: int, registered_ms: int) -> Outcome:
+        return Outcome(
+            op_id="report", scope=scope, outcome=OutcomeKind.EXPIRED,
+            registered_ms=registered_ms, outcome_ms=9_000, deadline_ms=9_000,
+            time_domain=TimeDomain.PROCESSING_TIME, sequence=7, missing=("k",),
+            partition=partition,
+        )  # fmt: skip
+
+    distinct = [
+        outcome("nightly", 0, 1_000),
+        outcome("hourly", 3, 1_000),  # another scope, decided by another partition
+        outcome("nightly", 0, 2_000),  # the op_id registered again, its journal lost
+    ]
+    sent = [*distinct, distinct[0]]  # the last is a re-send of the first
+    rows = [
+        _row(
+            settings,
+            SimpleNamespace(
+                value=encode_callback(o), topic="t", partition=o.partition, offset=offset
+            ),
+        )
+        for offset, o in enumerate(sent)
+    ]
+    df = spark.createDataFrame(rows, SCHEMA)
+    assert df.select("op_id", "sequence").distinct().count() == 1
+    kept = dedupe(df).collect()
+    assert sorted(r["id"] for r in kept) == sorted(outcome_id(o) for o in distinct)
+    assert len({r["id"] for r in kept}) == len(distinct) == 3
+    assert sorted((r["scope"], r["input_partition"]) for r in kept) == [
+        ("hourly", 3), ("nightly", 0), ("nightly", 0)
+    ]  # fmt: skip
+    assert dedupe(df.union(df)).count() == len(distinct)
 
 
 def test_scope_filter_keeps_only_the_named_scopes(
@@ -241,8 +299,8 @@ def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
     _run_available_now(source, kafka_broker, topic, tmp_path)
     rows = _written(source, tmp_path)
     assert len(rows) == len(first) + len(later)
-    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in first + later)
-    assert len({(row[14], row[15]) for row in rows}) == len(rows)
+    assert sorted(row[:_RECORD] for row in rows) == sorted(_expected(o) for o in first + later)
+    assert len({(row[_PARTITION], row[_OFFSET]) for row in rows}) == len(rows)
 
 
 def test_a_running_query_stopped_mid_stream_resumes_from_its_checkpoint(
@@ -276,8 +334,8 @@ def test_a_running_query_stopped_mid_stream_resumes_from_its_checkpoint(
         query.stop()
     rows = _written(source, tmp_path)
     # Nothing lost; the file sink commits each micro-batch once, so nothing repeated either.
-    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in outcomes)
-    assert len({(row[14], row[15]) for row in rows}) == len(outcomes)
+    assert sorted(row[:_RECORD] for row in rows) == sorted(_expected(o) for o in outcomes)
+    assert len({(row[_PARTITION], row[_OFFSET]) for row in rows}) == len(outcomes)
 
 
 def test_streaming_from_latest_skips_earlier_records(
@@ -309,7 +367,7 @@ def test_malformed_record_fails_naming_its_offset_or_is_skipped(
 
     rows = _rows(_read(source, kafka_broker, topic, on_malformed="skip"))
     assert sorted(r[0] for r in rows) == sorted(o.op_id for o in good)
-    assert sorted(r[15] for r in rows) == [0, 1, 3, 4]
+    assert sorted(r[_OFFSET] for r in rows) == [0, 1, 3, 4]
 
 
 def test_missing_bootstrap_servers_is_named(source: SparkSession) -> None:
@@ -395,4 +453,4 @@ def test_max_records_per_trigger_reads_a_backlog_in_bounded_micro_batches(
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert sizes == [100, 100, 50]
     rows = _written(source, tmp_path)
-    assert sorted(row[:13] for row in rows) == sorted(_expected(o) for o in outcomes)
+    assert sorted(row[:_RECORD] for row in rows) == sorted(_expected(o) for o in outcomes)
