@@ -381,8 +381,10 @@ class Outbox:
                 sequence=outcome.sequence,
                 late=outcome.late,
             )
-        if outcome.outcome is OutcomeKind.EXPIRED and outcome.late:
-            _log.warning("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
+        if outcome.outcome is OutcomeKind.EXPIRED and outcome.late and logs_enabled("debug"):
+            # After a restore they come by the thousand: the restore logs their count
+            # (partition_serving, overdue=...) and purgatory_late_expirations counts them.
+            _log.debug("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
 
     async def _settle(self, ref: _Ref, failure: SendFailure) -> None:
         """Retry a refused record while that can help; otherwise dead-letter it, alone."""

@@ -52,7 +52,8 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
         trio.run(run_service, settings)
         return 0
     child_env = {**environ, **{env_name(k): _env_value(v) for k, v in overrides.items()}}
-    command = with_pdeathsig([sys.executable, "-m", "purgatory.service._cli", "snapshotter"])
+    start = "import sys; from purgatory.service import main; sys.exit(main(['snapshotter']))"
+    command = with_pdeathsig([sys.executable, "-c", start])
     with subprocess.Popen(command, env=child_env) as child:
         try:
             trio.run(run_service, settings)
