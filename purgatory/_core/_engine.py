@@ -367,13 +367,20 @@ class Engine:
         """After a restore: flag every pending operation overdue at ``now_ms`` late.
 
         They expire at the next :meth:`advance_clock` to ``now_ms``, each outcome flagged
-        ``late``. Journaled, so a second restore flags the same operations.
+        ``late``. The clock moves to ``now_ms`` (and an empty engine's wheel with it). Journaled,
+        so a second restore flags the same operations.
 
         Returns:
             How many were flagged.
         """
         if self._journal is not None:
             self._journal(ResumeEntry(check_ms("now_ms", now_ms)))
+        now = self._tick(now_ms)
+        if not self._ops:
+            # Nothing is pending, so nothing can be due: the wheel starts here rather than at
+            # the engine's start (an engine created for a restore starts at 0, and a wheel far
+            # behind its deadlines cascades every operation through extra levels).
+            self.purgatory.advance_clock(now)
         flagged = 0
         for op in self._ops.values():
             spec = op.spec

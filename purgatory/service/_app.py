@@ -396,6 +396,9 @@ class Service:
                     f" were not acknowledged within shutdown_grace_ms"
                     f" ({settings.shutdown_grace_ms} ms)"
                 )
+            if self.changelog is not None:
+                with trio.move_on_after(settings.shutdown_grace_ms / 1000):
+                    await self.changelog.mark_delivered(self.state.serving())
             await self.executor.aclose()
         stats = self.outbox.statistics()
         _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)

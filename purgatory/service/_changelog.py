@@ -31,7 +31,7 @@ replays what was acknowledged.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -156,14 +156,26 @@ class Changelog:
         self._pending_entries += 1
         self._touch()
 
-    def positions(self, partition: int, positions: Mapping[str, int]) -> None:
-        """Record the input positions ``partition`` reached with the entries recorded so far."""
+    def position(self, partition: int, topic: str, offset: int) -> None:
+        """Record the position ``partition`` reached in ``topic`` with the entries recorded so
+        far (the next offset to apply)."""
         self._check()
         part = self._open.parts.get(partition)
         if part is None:
             part = self._open.parts[partition] = _Part()
-        part.positions.update(positions)
+        part.positions[topic] = offset
         self._touch()
+
+    async def mark_delivered(self, partitions: Iterable[int]) -> None:
+        """Write each partition's delivered mark now (at a clean stop, once everything is
+        delivered and :meth:`run` has returned), so the next owner re-sends nothing.
+
+        Raises:
+            TransportError: the broker refused a record for good.
+        """
+        batch = _Batch(parts={p: _Part() for p in partitions})
+        if batch.parts:
+            await self._write(batch)
 
     def after(self, release: Callable[[], None]) -> None:
         """Call ``release`` once everything recorded so far is acknowledged (in order)."""
@@ -285,7 +297,7 @@ class Changelog:
 class Gate(Protocol):
     """What the intake and the HTTP layer need from the journal (or from its absence)."""
 
-    def positions(self, partition: int, positions: Mapping[str, int]) -> None: ...
+    def position(self, partition: int, topic: str, offset: int) -> None: ...
 
     def after(self, release: Callable[[], None]) -> None: ...
 
@@ -296,7 +308,7 @@ class NoJournal:
     """The gate without a journal (``PURGATORY_JOURNAL=false``): nothing is held back, and
     nothing survives a restart."""
 
-    def positions(self, partition: int, positions: Mapping[str, int]) -> None:
+    def position(self, partition: int, topic: str, offset: int) -> None:
         """Nothing to record."""
 
     def after(self, release: Callable[[], None]) -> None:

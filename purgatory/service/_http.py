@@ -226,6 +226,8 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             raise HttpError(422, f"must be an integer in [0, {config.max_wait_ms}]", "timeout_ms")
         try:
             outcome = await state.wait(scope, op_id, int(raw))
+        except NotServingError:
+            raise  # 503 with Retry-After, not "unknown"
         except UsageError as exc:
             raise HttpError(404, str(exc), "op_id") from None
         if outcome is None:

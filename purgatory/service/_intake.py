@@ -57,7 +57,6 @@ async def run_intake(
     }
     async for batch in source.receive:
         offsets: dict[tuple[str, int], int] = {}
-        reached: dict[int, dict[str, int]] = {}
         counts: dict[str, int] = {}
         for record in batch:
             if not state.expects(record.topic, record.partition, record.offset):
@@ -76,12 +75,12 @@ async def run_intake(
                 if metrics is not None and invalid_registration:
                     metrics.registration("invalid")
             state.reached(record.topic, record.partition, record.offset + 1)
-            reached.setdefault(record.partition, {})[record.topic] = record.offset + 1
+            # After each record, not after the batch: a journal record cut at the size limit
+            # mid-batch must carry the positions of exactly the entries it holds.
+            gate.position(record.partition, record.topic, record.offset + 1)
         if metrics is not None:
             for topic, count in counts.items():
                 metrics.records_consumed(topic, count)
-        for partition, positions in reached.items():
-            gate.positions(partition, positions)
         if offsets:
             gate.after(functools.partial(outbox.put_commit, offsets))
         await outbox.wait_for_room()

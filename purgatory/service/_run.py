@@ -11,6 +11,7 @@ needs to try the API within a minute, with nothing else installed.
 from __future__ import annotations
 
 import gc
+import os
 import signal as signals
 import subprocess
 import sys
@@ -67,7 +68,12 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
 
 
 def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
-    """Tail the journal and write snapshots until SIGTERM or SIGINT (see ``_snapshotter``)."""
+    """Tail the journal and write snapshots until SIGTERM or SIGINT (see ``_snapshotter``).
+
+    The process lowers its own priority: a standby catches up in the service's idle time, and
+    under load the serving process and the broker get the CPU first.
+    """
+    os.nice(10)
     settings = Settings.from_env(environ, **overrides)
     configure_logging(settings.log_level, settings.log_format)
     _tune_gc()
