@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench bench-spark install clean
+.PHONY: demo check test bench bench-spark bench-restore install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: check
 ## 2 cores); writes docs/bench-results.json, the plot and docs/bench-service.json.
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.run --service
+
+## Journal, snapshot and restore of 100k and 1M pending operations through the real broker
+## (about 4 minutes); writes docs/bench-restore.json.
+bench-restore: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_restore --out docs
 
 ## The Spark bridge through the real broker and the service; writes docs/bench-spark.json.
 bench-spark: $(STAMP)

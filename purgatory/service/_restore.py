@@ -22,8 +22,10 @@ decided is journaled already, so its next owner re-sends what was not delivered.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Collection
+import gc
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -80,6 +82,32 @@ class Restored:
     progress: Progress
 
 
+class _GcPause:
+    """No cyclic garbage collection while a restore allocates a partition's state (it only
+    builds live objects: every collection would scan them all for nothing). Parallel restores
+    share one pause; reference counting still frees what they drop."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._reenable = False
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self._depth == 0:
+            self._reenable = gc.isenabled()
+            gc.disable()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0 and self._reenable:
+                gc.enable()
+
+
+_gc_paused = _GcPause()
+
+
 async def restore_partition(
     reader: LogReader,
     *,
@@ -100,6 +128,28 @@ async def restore_partition(
         TransportError: a topic could not be read, or holds a record this version cannot.
         BadRecordError: a journal entry is damaged.
     """
+    with _gc_paused():
+        return await _restore(
+            reader,
+            topic=topic,
+            snapshots_topic=snapshots_topic,
+            partition=partition,
+            config=config,
+            journal=journal,
+            progress=progress,
+        )
+
+
+async def _restore(
+    reader: LogReader,
+    *,
+    topic: str,
+    snapshots_topic: str | None,
+    partition: int,
+    config: EngineConfig,
+    journal: Callable[[JournalEntry], None] | None,
+    progress: Progress,
+) -> Restored:
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
     acked = 0

@@ -30,12 +30,23 @@ the CPU seconds each of them used are reported beside the figures.
 4. **HTTP registrations per second**: sequential single ``POST /v1/operations`` on one
    keep-alive connection, and ``/v1/operations:batch`` in batches.
 
+The service is measured as configured by default: it journals every input to its changelog
+topic before it answers, calls back or commits (write-ahead, group-committed), and ``serve``
+runs a snapshotter child process beside it. **The cost of durability** is measured against its
+own baseline in the same run: measurements 1 and 2 (each rate) run a second time on the service
+with ``PURGATORY_JOURNAL=false`` (no journal, no restore, no snapshotter: state in memory
+only); the report sets signals/s, p50 and p99 side by side, with the journal's size from the
+journaled throughput run's ``/metrics`` (``purgatory_journal_bytes_total`` over
+``purgatory_journal_entries_total``: bytes per input journaled; and per signal over the burst).
+Every other figure and ratio is the journaled service's.
+
 Every run checks what it measured: each signal produced exactly one ``completed`` callback for
 its own operation (in the pipe too), each hop record arrived exactly once, every registration
 was answered 201. DESIGN.md's service targets are ratios to the baselines of the same run:
-service signals/s >= 0.5x the pipe's, service p99 at 1 k/s <= 3x the hop's. The report is a
-markdown table with the machine, the command and those ratios, and ``DIR/bench-service.json``
-(``DIR`` defaults to ``docs``).
+service signals/s >= 0.5x the pipe's, service p99 at 1 k/s <= 3x the hop's; and the journal's
+cost: signals/s with the journal >= 0.8x without it. The report is a markdown table with the
+machine, the command and those ratios, and ``DIR/bench-service.json`` (``DIR`` defaults to
+``docs``).
 """
 
 from __future__ import annotations
@@ -70,8 +81,11 @@ __all__ = [
     "FULL",
     "QUICK",
     "CallbackReader",
+    "DurabilityCost",
     "HopResult",
     "HttpResult",
+    "JournalCounters",
+    "LatencyCost",
     "LatencyResult",
     "PipeProcess",
     "PipeResult",
@@ -88,18 +102,24 @@ __all__ = [
     "bench_pipe",
     "bench_rss",
     "bench_throughput",
+    "child_pids",
+    "compute_durability",
     "compute_ratios",
     "evaluate_targets",
     "main",
+    "parse_journal_counters",
     "pipe_output",
     "render",
     "run_service_benchmarks",
+    "scrape_journal",
 ]
 
 #: DESIGN.md's service targets: ratios to the bare kafka-python baselines of the same run.
 TARGET_PIPE_RATIO = 0.5  # service signals/s over the consume->decode->produce pipe's, at least
 TARGET_HOP_P99_RATIO = 3.0  # service p99 over the tuned hop's p99, at the same rate, at most
 TARGET_RSS_BYTES = 1 << 30
+#: The cost of durability: signals/s with the journal over the same service without it, at least.
+TARGET_JOURNAL_RATIO = 0.8
 
 _LONG_TIMEOUT_MS = 3_600_000  # registered operations never expire during a run
 _WARMUP_OPS = 200
@@ -149,15 +169,15 @@ FULL = ServiceBenchConfig(
     http_batched_ops=100_000,
 )
 QUICK = ServiceBenchConfig(
-    throughput_signals=3_000,
+    throughput_signals=30_000,
     latency_rates_per_s=(1_000,),
-    latency_duration_s=2.0,
+    latency_duration_s=5.0,
     rss_pending=20_000,
     http_single=300,
     http_batched_ops=5_000,
     register_batch=5_000,
     rss_batch=5_000,
-    hop_duration_s=1.0,
+    hop_duration_s=2.0,
 )
 
 
@@ -176,6 +196,76 @@ def process_cpu_s(pid: int) -> float:
     return (utime + stime) / _clock_ticks()
 
 
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return process_cpu_s(pid)
+    except OSError:  # it exited meanwhile
+        return 0.0
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, from ``/proc``."""
+    children = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid:
+            children.append(int(entry.name))
+    return children
+
+
+@dataclass(frozen=True, slots=True)
+class JournalCounters:
+    """The service's ``purgatory_journal_*_total`` counters: inputs journaled (entries),
+    changelog records written (one per partition per group-committed batch) and their bytes."""
+
+    entries: int = 0
+    records: int = 0
+    bytes: int = 0
+
+    def __sub__(self, other: JournalCounters) -> JournalCounters:
+        return JournalCounters(
+            self.entries - other.entries, self.records - other.records, self.bytes - other.bytes
+        )
+
+
+_JOURNAL_METRICS = {
+    "purgatory_journal_entries_total": "entries",
+    "purgatory_journal_records_total": "records",
+    "purgatory_journal_bytes_total": "bytes",
+}
+
+
+def parse_journal_counters(exposition: str) -> JournalCounters:
+    """The journal counters of a Prometheus text exposition (absent ones are 0)."""
+    values = dict.fromkeys(_JOURNAL_METRICS.values(), 0)
+    for line in exposition.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        sample, _, value = line.rpartition(" ")
+        field_name = _JOURNAL_METRICS.get(sample.split("{", 1)[0])
+        if field_name is not None:
+            values[field_name] += round(float(value))
+    return JournalCounters(**values)
+
+
+def scrape_journal(http: httpx.Client) -> JournalCounters:
+    """``GET /metrics`` of the service behind ``http``: its journal counters.
+
+    Raises:
+        RuntimeError: the scrape failed.
+    """
+    response = http.get("/metrics")
+    if response.status_code != 200:
+        raise RuntimeError(f"/metrics: HTTP {response.status_code} {response.text[:300]}")
+    return parse_journal_counters(response.text)
+
+
 def process_rss_bytes(pid: int) -> int:
     """``VmRSS`` of process ``pid``, in bytes."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
@@ -191,10 +281,14 @@ class ServiceProcess:
     Entering creates the topics and starts the service with
     :func:`purgatory.service._pipeline.service_process` (``purgatory serve``, ready once
     ``/readyz`` answers 200); leaving sends SIGTERM and waits for the exit (killing it if it
-    does not stop in time).
+    does not stop in time). ``journal`` is ``PURGATORY_JOURNAL``: with it (the default) the
+    service journals every input to its changelog topic and ``serve`` starts a snapshotter
+    child process; without it the state is in memory only.
     """
 
-    def __init__(self, broker: EmbeddedBroker, *, partitions: int, log_dir: Path) -> None:
+    def __init__(
+        self, broker: EmbeddedBroker, *, partitions: int, log_dir: Path, journal: bool = True
+    ) -> None:
         prefix = f"b{uuid.uuid4().hex[:10]}"
         self.broker = broker
         self.partitions = partitions
@@ -207,7 +301,9 @@ class ServiceProcess:
             topic_callbacks=f"{prefix}.callbacks",
             topic_dead_letters=f"{prefix}.dead-letters",
             topic_changelog=f"{prefix}.changelog",
+            topic_snapshots=f"{prefix}.snapshots",
             topic_partitions=partitions,
+            journal=journal,
             log_level="warning",
         )
         self.url = ""  # known once started (service_process picks a free port)
@@ -227,7 +323,8 @@ class ServiceProcess:
         return self._pid
 
     def environment(self) -> dict[str, str]:
-        """The child's settings, as ``PURGATORY_*`` variables (its topics, group, log level)."""
+        """The child's settings, as ``PURGATORY_*`` variables (its topics, group, journal, log
+        level)."""
         s = self.settings
         names = (
             "kafka_group_id",
@@ -236,9 +333,11 @@ class ServiceProcess:
             "topic_callbacks",
             "topic_dead_letters",
             "topic_changelog",
+            "topic_snapshots",
             "topic_partitions",
         )
         env = {env_name(name): str(getattr(s, name)) for name in names}
+        env[env_name("journal")] = "true" if s.journal else "false"
         env[env_name("log_level")] = "warning"
         return env
 
@@ -255,6 +354,7 @@ class ServiceProcess:
             s.topic_callbacks,
             s.topic_dead_letters,
             s.topic_changelog,
+            s.topic_snapshots,
         )
         self.broker.create_topics({t: self.partitions for t in topics})
         self._stack = contextlib.ExitStack()
@@ -284,6 +384,11 @@ class ServiceProcess:
     def cpu_s(self) -> float:
         """CPU seconds the service has used so far."""
         return process_cpu_s(self.pid)
+
+    def children_cpu_s(self) -> float:
+        """CPU seconds the service's running child processes (the snapshotter, with the
+        journal) have used so far."""
+        return sum((_cpu_or_zero(pid) for pid in child_pids(self.pid)), 0.0)
 
     def rss_bytes(self) -> int:
         """The service's resident set size."""
@@ -787,7 +892,14 @@ def _send_burst(
 
 @dataclass(frozen=True, slots=True)
 class ThroughputResult:
-    """Signals through Kafka as fast as the producer sends them."""
+    """Signals through Kafka as fast as the producer sends them.
+
+    ``journal``: whether the service journaled (``PURGATORY_JOURNAL``). ``journal_*``: its
+    journal counters (``/metrics``) at the end of the run, warm-up and registrations included;
+    ``burst_journal_*``: what the signal burst alone added. ``snapshotter_cpu_s``: the CPU the
+    service's child processes (the snapshotter) used during the burst, beside
+    ``service_cpu_s`` (the ``serve`` process alone).
+    """
 
     signals: int
     register_s: float
@@ -804,6 +916,31 @@ class ThroughputResult:
     service_cpu_s: float
     broker_cpu_s: float
     loadgen_cpu_s: float
+    journal: bool = True
+    snapshotter_cpu_s: float = 0.0
+    journal_entries: int = 0
+    journal_records: int = 0
+    journal_bytes: int = 0
+    burst_journal_entries: int = 0
+    burst_journal_records: int = 0
+    burst_journal_bytes: int = 0
+
+    @property
+    def journal_bytes_per_entry(self) -> float:
+        """Journal bytes per input journaled, over the whole run (0 without the journal)."""
+        return self.journal_bytes / self.journal_entries if self.journal_entries else 0.0
+
+    @property
+    def burst_journal_bytes_per_signal(self) -> float:
+        """Journal bytes the burst added per signal sent (0 without the journal)."""
+        return self.burst_journal_bytes / self.signals if self.burst_journal_entries else 0.0
+
+    @property
+    def burst_entries_per_record(self) -> float:
+        """Inputs per changelog record during the burst: the group commit's batching."""
+        if not self.burst_journal_records:
+            return 0.0
+        return self.burst_journal_entries / self.burst_journal_records
 
 
 def _timed_burst(
@@ -814,11 +951,12 @@ def _timed_burst(
     *,
     subject_cpu_s: Callable[[], float],
     missing: Callable[[], str],
+    subject_children_cpu_s: Callable[[], float] = lambda: 0.0,
 ) -> tuple[int, int, list[Arrival], tuple[float, ...], tuple[float, ...]]:
     """Send ``records`` to ``topic`` as fast as the producer goes and wait until the reader
     counted as many outputs; returns the first send's and the last send's ``perf_counter_ns``,
-    the arrivals, and the CPU seconds (subject, broker, load generator, reader) before and
-    after.
+    the arrivals, and the CPU seconds (subject, broker, load generator, reader, the subject's
+    child processes) before and after.
 
     Raises:
         RuntimeError: not every output arrived (``missing()`` says what was expected).
@@ -827,7 +965,13 @@ def _timed_burst(
     producer = _burst_producer(broker.bootstrap_servers)
 
     def cpu_now() -> tuple[float, ...]:
-        return (subject_cpu_s(), _broker_cpu(broker), time.process_time(), _child_cpu(reader))
+        return (
+            subject_cpu_s(),
+            _broker_cpu(broker),
+            time.process_time(),
+            _child_cpu(reader),
+            subject_children_cpu_s(),
+        )
 
     try:
         producer.partitions_for(topic)  # metadata before the clock starts
@@ -851,10 +995,11 @@ def bench_throughput(
     partitions: int = 2,
     scopes: int = 8,
     log_dir: Path,
+    journal: bool = True,
 ) -> ThroughputResult:
-    """Measurement 1 (see the module's documentation)."""
+    """Measurement 1 (see the module's documentation), with the journal or without it."""
     with (
-        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir, journal=journal) as service,
         httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
         CallbackReader(
             broker.bootstrap_servers, service.settings.topic_callbacks, partitions, _WARMUP_KEY
@@ -864,6 +1009,7 @@ def bench_throughput(
         register_s = register_range(http, range(signals), batch=register_batch, scopes=scopes)
         records = _signal_records(signals, scopes)
         topic = service.settings.topic_signals
+        before = scrape_journal(http)
         burst = _timed_burst(
             broker,
             topic,
@@ -871,8 +1017,12 @@ def bench_throughput(
             reader,
             subject_cpu_s=service.cpu_s,
             missing=lambda: f"callbacks arrived; {service.log_tail()}",
+            subject_children_cpu_s=service.children_cpu_s,
         )
         t0, produced_ns, arrivals, cpu, cpu_after = burst
+        # Every callback waited for its signal's journal record: the counters include them.
+        after = scrape_journal(http)
+    added = after - before
     end_ns = nth_arrival_ns(arrivals, signals, _WARMUP_KEY)
     counts = tally(arrivals, signals, _WARMUP_KEY)
     end_to_end_s = (end_ns - t0) / 1e9
@@ -893,6 +1043,14 @@ def bench_throughput(
         service_cpu_s=cpu_after[0] - cpu[0],
         broker_cpu_s=cpu_after[1] - cpu[1],
         loadgen_cpu_s=cpu_after[2] - cpu[2] + cpu_after[3] - cpu[3],
+        journal=journal,
+        snapshotter_cpu_s=cpu_after[4] - cpu[4],
+        journal_entries=after.entries,
+        journal_records=after.records,
+        journal_bytes=after.bytes,
+        burst_journal_entries=added.entries,
+        burst_journal_records=added.records,
+        burst_journal_bytes=added.bytes,
     )
 
 
@@ -1014,7 +1172,8 @@ def _paced_send(
 
 @dataclass(frozen=True, slots=True)
 class LatencyResult:
-    """Signal-to-callback latency at a fixed offered rate."""
+    """Signal-to-callback latency at a fixed offered rate (``journal``: whether the service
+    journaled; ``snapshotter_cpu_s``: the CPU its child processes used meanwhile)."""
 
     rate_per_s: int
     duration_s: float
@@ -1034,6 +1193,8 @@ class LatencyResult:
     max_ms: float
     service_cpu_s: float
     broker_cpu_s: float
+    journal: bool = True
+    snapshotter_cpu_s: float = 0.0
 
 
 def bench_latency(
@@ -1045,8 +1206,9 @@ def bench_latency(
     partitions: int = 2,
     scopes: int = 8,
     log_dir: Path,
+    journal: bool = True,
 ) -> LatencyResult:
-    """Measurement 2 (see the module's documentation)."""
+    """Measurement 2 (see the module's documentation), with the journal or without it."""
     signals = max(1, round(rate_per_s * duration_s))
 
     def record(i: int) -> tuple[bytes, bytes]:
@@ -1054,7 +1216,7 @@ def bench_latency(
         return key, signal_value(scope, watch, f'{{"t":{time.perf_counter_ns()}}}')
 
     with (
-        ServiceProcess(broker, partitions=partitions, log_dir=log_dir) as service,
+        ServiceProcess(broker, partitions=partitions, log_dir=log_dir, journal=journal) as service,
         httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
         # The load generator is tuned as the hop baseline it is compared with.
         CallbackReader(
@@ -1071,11 +1233,11 @@ def bench_latency(
         producer = _producer(broker.bootstrap_servers, linger_ms=5)
         try:
             producer.partitions_for(topic)
-            cpu = (service.cpu_s(), _broker_cpu(broker))
+            cpu = (service.cpu_s(), _broker_cpu(broker), service.children_cpu_s())
             send_s = _paced_send(producer, topic, signals, rate_per_s, record)
             producer.flush(60)
             done = reader.wait(lambda: reader.counted >= signals, max(60.0, duration_s * 6))
-            cpu_after = (service.cpu_s(), _broker_cpu(broker))
+            cpu_after = (service.cpu_s(), _broker_cpu(broker), service.children_cpu_s())
         finally:
             producer.close(5)
         if not done:
@@ -1109,6 +1271,8 @@ def bench_latency(
         max_ms=latencies[-1] if latencies else 0.0,
         service_cpu_s=cpu_after[0] - cpu[0],
         broker_cpu_s=cpu_after[1] - cpu[1],
+        journal=journal,
+        snapshotter_cpu_s=cpu_after[2] - cpu[2],
     )
 
 
@@ -1317,8 +1481,50 @@ class Ratios:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyCost:
+    """Latency at one rate with the journal and without it (the same run)."""
+
+    rate_per_s: int
+    p50_ms: float
+    p99_ms: float
+    no_journal_p50_ms: float
+    no_journal_p99_ms: float
+    p50_added_ms: float
+    p99_added_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class DurabilityCost:
+    """The journal against its own baseline, the service without it (``PURGATORY_JOURNAL=false``:
+    no journal, no restore, no snapshotter), in the same run.
+
+    ``throughput_ratio``: signals/s with the journal over without (at least
+    ``throughput_target``). ``journal_*``: the journaled throughput run's counters at its end
+    (warm-up and registrations included), ``bytes_per_input`` their bytes per entry;
+    ``burst_bytes_per_signal`` and ``burst_entries_per_record``: what the signal burst alone
+    wrote, per signal, and how many inputs one changelog record carried (group commit).
+    """
+
+    signals_per_s: float
+    no_journal_signals_per_s: float
+    throughput_ratio: float
+    throughput_target: float
+    latency: list[LatencyCost]
+    journal_entries: int
+    journal_records: int
+    journal_bytes: int
+    bytes_per_input: float
+    burst_bytes_per_signal: float
+    burst_entries_per_record: float
+    service_cpu_s: float
+    snapshotter_cpu_s: float
+    no_journal_service_cpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceReport:
-    """Everything one run produced."""
+    """Everything one run produced (``throughput`` and ``latency`` with the journal, the
+    service's default; ``*_no_journal`` the same runs without it)."""
 
     machine: dict[str, str | int]
     config: ServiceBenchConfig
@@ -1330,6 +1536,9 @@ class ServiceReport:
     http: HttpResult
     ratios: Ratios
     targets: list[Target] = field(default_factory=list)
+    throughput_no_journal: ThroughputResult | None = None
+    latency_no_journal: list[LatencyResult] = field(default_factory=list)
+    durability: DurabilityCost | None = None
 
 
 def _exact(r: ThroughputResult | PipeResult | LatencyResult | HopResult) -> bool:
@@ -1376,6 +1585,46 @@ def compute_ratios(
     )
 
 
+def compute_durability(
+    throughput: ThroughputResult,
+    no_journal: ThroughputResult,
+    latency: Sequence[LatencyResult],
+    latency_no_journal: Sequence[LatencyResult],
+) -> DurabilityCost:
+    """The journaled service's figures beside the unjournaled one's (see
+    :class:`DurabilityCost`); latencies are paired by rate."""
+    without = {x.rate_per_s: x for x in latency_no_journal}
+    costs = [
+        LatencyCost(
+            rate_per_s=lat.rate_per_s,
+            p50_ms=lat.p50_ms,
+            p99_ms=lat.p99_ms,
+            no_journal_p50_ms=base.p50_ms,
+            no_journal_p99_ms=base.p99_ms,
+            p50_added_ms=lat.p50_ms - base.p50_ms,
+            p99_added_ms=lat.p99_ms - base.p99_ms,
+        )
+        for lat in latency
+        if (base := without.get(lat.rate_per_s)) is not None
+    ]
+    return DurabilityCost(
+        signals_per_s=throughput.signals_per_s,
+        no_journal_signals_per_s=no_journal.signals_per_s,
+        throughput_ratio=throughput.signals_per_s / no_journal.signals_per_s,
+        throughput_target=TARGET_JOURNAL_RATIO,
+        latency=costs,
+        journal_entries=throughput.journal_entries,
+        journal_records=throughput.journal_records,
+        journal_bytes=throughput.journal_bytes,
+        bytes_per_input=throughput.journal_bytes_per_entry,
+        burst_bytes_per_signal=throughput.burst_journal_bytes_per_signal,
+        burst_entries_per_record=throughput.burst_entries_per_record,
+        service_cpu_s=throughput.service_cpu_s,
+        snapshotter_cpu_s=throughput.snapshotter_cpu_s,
+        no_journal_service_cpu_s=no_journal.service_cpu_s,
+    )
+
+
 def evaluate_targets(
     config: ServiceBenchConfig,
     throughput: ThroughputResult,
@@ -1384,8 +1633,10 @@ def evaluate_targets(
     latency: Sequence[LatencyResult],
     hops: Sequence[HopResult],
     rss: RssResult,
+    throughput_no_journal: ThroughputResult | None = None,
 ) -> list[Target]:
-    """DESIGN.md's service targets against this run (a run with a wrong count never meets)."""
+    """DESIGN.md's service targets against this run (a run with a wrong count never meets),
+    and the journal's cost when the run measured the service without it too."""
     r = compute_ratios(config, throughput, pipe, latency, hops)
     targets = [
         Target(
@@ -1396,6 +1647,20 @@ def evaluate_targets(
             _exact(throughput) and _exact(pipe) and r.throughput_ratio >= r.throughput_target,
         )
     ]
+    if throughput_no_journal is not None:
+        ratio = throughput.signals_per_s / throughput_no_journal.signals_per_s
+        targets.append(
+            Target(
+                "signals/s end to end: service with the journal / without it "
+                "(PURGATORY_JOURNAL=false)",
+                f"**{ratio:.2f}x** ({throughput.signals_per_s / 1e3:.1f} k/s / "
+                f"{throughput_no_journal.signals_per_s / 1e3:.1f} k/s)",
+                f">= {TARGET_JOURNAL_RATIO:g}x",
+                _exact(throughput)
+                and _exact(throughput_no_journal)
+                and ratio >= TARGET_JOURNAL_RATIO,
+            )
+        )
     lat, hop = _reference(config, latency, hops)
     if lat is not None and hop is not None and r.p99_ratio is not None:
         targets.append(
@@ -1441,11 +1706,11 @@ def render(report: ServiceReport, command: str) -> str:
     rows = [
         (
             f"1. signals through Kafka: {_count(t.signals)} signals produced as fast as "
-            "kafka-python sends",
+            "kafka-python sends (the service as configured by default: with the journal)",
             f"**{t.signals_per_s / 1e3:.1f} k signals/s** ({t.end_to_end_s:.2f} s first send "
             f"to last callback; the producer alone: {t.producer_per_s / 1e3:.1f} k/s)",
-            f"service {t.service_cpu_s:.1f}, broker {t.broker_cpu_s:.1f}, "
-            f"load gen {t.loadgen_cpu_s:.1f}",
+            f"service {t.service_cpu_s:.1f} + snapshotter {t.snapshotter_cpu_s:.1f}, "
+            f"broker {t.broker_cpu_s:.1f}, load gen {t.loadgen_cpu_s:.1f}",
             _ok(_exact(t)),
         ),
         (
@@ -1460,15 +1725,33 @@ def render(report: ServiceReport, command: str) -> str:
             _ok(_exact(pipe)),
         ),
     ]
-    for lat in report.latency:
+    nj = report.throughput_no_journal
+    if nj is not None:
         rows.append(
             (
-                f"2. signal-to-callback at {lat.rate_per_s / 1e3:g} k signals/s for "
-                f"{lat.duration_s:g} s ({_count(lat.signals)} signals, sent at "
+                f"1''. the same {_count(nj.signals)} signals through the service without the "
+                "journal (PURGATORY_JOURNAL=false: no journal, restore or snapshotter)",
+                f"**{nj.signals_per_s / 1e3:.1f} k signals/s** ({nj.end_to_end_s:.2f} s first "
+                f"send to last callback; the producer alone: {nj.producer_per_s / 1e3:.1f} k/s)",
+                f"service {nj.service_cpu_s:.1f}, broker {nj.broker_cpu_s:.1f}, "
+                f"load gen {nj.loadgen_cpu_s:.1f}",
+                _ok(_exact(nj)),
+            )
+        )
+    for lat in [*report.latency, *report.latency_no_journal]:
+        number, how, snapshotter = "2.", "with the journal", ""
+        if lat.journal:
+            snapshotter = f" + snapshotter {lat.snapshotter_cpu_s:.1f}"
+        else:
+            number, how = "2''.", "without the journal"
+        rows.append(
+            (
+                f"{number} signal-to-callback at {lat.rate_per_s / 1e3:g} k signals/s for "
+                f"{lat.duration_s:g} s, {how} ({_count(lat.signals)} signals, sent at "
                 f"{lat.achieved_per_s / 1e3:.2f} k/s)",
                 f"p50 {_ms(lat.p50_ms)} / p90 {_ms(lat.p90_ms)} / **p99 {_ms(lat.p99_ms)}** / "
                 f"max {_ms(lat.max_ms)} ms",
-                f"service {lat.service_cpu_s:.1f}, broker {lat.broker_cpu_s:.1f}",
+                f"service {lat.service_cpu_s:.1f}{snapshotter}, broker {lat.broker_cpu_s:.1f}",
                 _ok(_exact(lat)),
             )
         )
@@ -1527,8 +1810,70 @@ def render(report: ServiceReport, command: str) -> str:
             for x in report.targets
         ),
         "",
+        *_render_durability(report),
     ]
     return "\n".join(lines)
+
+
+def _ratio(value: float, base: float) -> str:
+    return f"{value / base:.2f}x" if base > 0 else "-"
+
+
+def _render_durability(report: ServiceReport) -> list[str]:
+    """The journal beside the service without it (nothing when the run did not measure it)."""
+    d = report.durability
+    if d is None:
+        return []
+    rows = [
+        (
+            "signals/s (measurement 1)",
+            f"{d.signals_per_s / 1e3:.1f} k/s",
+            f"{d.no_journal_signals_per_s / 1e3:.1f} k/s",
+            f"**{d.throughput_ratio:.2f}x**",
+        ),
+        (
+            "CPU s of the service during 1 (less noisy than signals/s on a shared machine)",
+            f"{d.service_cpu_s:.2f} + snapshotter {d.snapshotter_cpu_s:.2f}",
+            f"{d.no_journal_service_cpu_s:.2f}",
+            f"{_ratio(d.service_cpu_s, d.no_journal_service_cpu_s)} (serve alone), "
+            f"{_ratio(d.service_cpu_s + d.snapshotter_cpu_s, d.no_journal_service_cpu_s)} "
+            "(with the snapshotter)",
+        ),
+    ]
+    for c in d.latency:
+        rate = f"{c.rate_per_s / 1e3:g} k/s"
+        rows += [
+            (
+                f"p50 at {rate} (measurement 2)",
+                f"{_ms(c.p50_ms)} ms",
+                f"{_ms(c.no_journal_p50_ms)} ms",
+                f"{c.p50_added_ms:+,.1f} ms",
+            ),
+            (
+                f"p99 at {rate} (measurement 2)",
+                f"{_ms(c.p99_ms)} ms",
+                f"{_ms(c.no_journal_p99_ms)} ms",
+                f"**{c.p99_added_ms:+,.1f} ms**",
+            ),
+        ]
+    rows.append(
+        (
+            "journal written by measurement 1 (/metrics: purgatory_journal_*_total)",
+            f"**{d.bytes_per_input:,.0f} B per input** ({d.journal_entries:,} inputs in "
+            f"{d.journal_records:,} records, {d.journal_bytes / _MIB:,.2f} MiB); the signal "
+            f"burst alone: {d.burst_bytes_per_signal:,.0f} B per signal, "
+            f"{d.burst_entries_per_record:,.1f} inputs per record",
+            "none",
+            "",
+        )
+    )
+    return [
+        "| the cost of durability (the same run) | with the journal (default) | "
+        "without (PURGATORY_JOURNAL=false) | with / without |",
+        "|---|---:|---:|---:|",
+        *(f"| {a} | {b} | {c} | {e} |" for a, b, c, e in rows),
+        "",
+    ]
 
 
 def run_service_benchmarks(
@@ -1549,9 +1894,17 @@ def run_service_benchmarks(
             "scopes": config.scopes,
             "log_dir": log_dir,
         }
-        say(f"signals through Kafka: {config.throughput_signals} signals")
+        say(f"signals through Kafka: {config.throughput_signals} signals (journal)")
         throughput = bench_throughput(
             broker, config.throughput_signals, register_batch=config.register_batch, **common
+        )
+        say(f"signals through Kafka: {config.throughput_signals} signals (no journal)")
+        throughput_no_journal = bench_throughput(
+            broker,
+            config.throughput_signals,
+            register_batch=config.register_batch,
+            journal=False,
+            **common,
         )
         say(f"baseline: the same {config.throughput_signals} signals through a bare pipe")
         pipe = bench_pipe(
@@ -1563,18 +1916,24 @@ def run_service_benchmarks(
             max_poll_records=config.pipe_max_poll_records,
             linger_ms=config.pipe_linger_ms,
         )
-        latency = []
+        latency: list[LatencyResult] = []
+        latency_no_journal: list[LatencyResult] = []
         for rate in config.latency_rates_per_s:
-            say(f"latency: {rate} signals/s for {config.latency_duration_s} s")
-            latency.append(
-                bench_latency(
-                    broker,
-                    rate,
-                    config.latency_duration_s,
-                    register_batch=config.register_batch,
-                    **common,
+            for journal, results in ((True, latency), (False, latency_no_journal)):
+                say(
+                    f"latency: {rate} signals/s for {config.latency_duration_s} s "
+                    f"({'journal' if journal else 'no journal'})"
                 )
-            )
+                results.append(
+                    bench_latency(
+                        broker,
+                        rate,
+                        config.latency_duration_s,
+                        register_batch=config.register_batch,
+                        journal=journal,
+                        **common,
+                    )
+                )
         hops = []
         for linger_ms, wait_ms in config.hops:
             rate = config.hop_rate_per_s
@@ -1609,7 +1968,20 @@ def run_service_benchmarks(
         rss=rss,
         http=http,
         ratios=compute_ratios(config, throughput, pipe, latency, hops),
-        targets=evaluate_targets(config, throughput, pipe, latency=latency, hops=hops, rss=rss),
+        targets=evaluate_targets(
+            config,
+            throughput,
+            pipe,
+            latency=latency,
+            hops=hops,
+            rss=rss,
+            throughput_no_journal=throughput_no_journal,
+        ),
+        throughput_no_journal=throughput_no_journal,
+        latency_no_journal=latency_no_journal,
+        durability=compute_durability(
+            throughput, throughput_no_journal, latency, latency_no_journal
+        ),
     )
 
 
@@ -1622,6 +1994,11 @@ def write_json(report: ServiceReport, path: Path, command: str) -> None:
         "latency_ms": "callback arrival in the consumer minus the signal's send time",
         "rss": "VmRSS of the service process, bytes",
         "ratios": "service figure / baseline figure of the same run (see DESIGN.md's targets)",
+        "journal": "throughput and latency are the journaled service (the default); "
+        "*_no_journal the same runs with PURGATORY_JOURNAL=false",
+        "journal_bytes": "purgatory_journal_bytes_total from the service's /metrics, bytes",
+        "bytes_per_input": "journal bytes / journal entries (inputs journaled: registrations, "
+        "signals, clock advances, ...)",
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -1632,7 +2009,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.benchmarks.bench_service", description=__doc__
     )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (about 30 s)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (about 45 s)")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     args = parser.parse_args(argv)
     command = " ".join(
