@@ -517,7 +517,13 @@ class Engine:
                 spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
             )
         else:
-            op.deadline_ms = spec.deadline_ms  # moves it in the wheel
+            op.deadline_ms = spec.deadline_ms  # moves it in the wheel, after its tick's others
+            # Pending operations are kept in the order they were (re)added to the wheel, which
+            # is the order a tick's operations expire in: a snapshot lists them so, and a
+            # restore re-adds them so, to expire ties exactly as the original would.
+            ident = (spec.scope, spec.op_id)
+            self._ops[ident] = self._ops.pop(ident)
+        op.late = False  # a re-arm is a new request, not a catch-up after a restore
 
     def _deadline_passed(self, spec: OperationSpec) -> bool:
         if spec.time_domain is TimeDomain.PROCESSING_TIME:

@@ -426,3 +426,200 @@ def test_a_restored_operation_whose_deadline_passed_expires_late_even_if_satisfi
     restored = restore_engine(snapshot_engine(engine), now_ms=5_000, config=engine.config)
     [out] = restored.advance_clock(5_000)
     assert (out.outcome, out.late, out.outcome_ms) == (OutcomeKind.EXPIRED, True, 100)
+
+
+# -- partitions: every outcome names the partition whose engine decided it ----------------------
+
+
+def test_every_outcome_carries_the_engines_partition() -> None:
+    engine = Engine(start_ms=0, partition=3)
+    engine.signal("s", "a", now_ms=0)
+    at_once = engine.register(OperationSpec("at-once", "s", ("a",), deadline_ms=500), now_ms=1)
+    assert at_once.status is RegistrationStatus.COMPLETED and at_once.outcome is not None
+    engine.register(OperationSpec("by-signal", "s", ("b",), deadline_ms=500), now_ms=1)
+    [by_signal] = engine.signal("s", "b", now_ms=2)
+    engine.register(OperationSpec("timer", "s", (), deadline_ms=50), now_ms=2)
+    [expired] = engine.advance_clock(50)
+    engine.register(OperationSpec("dropped", "s", ("c",), deadline_ms=500), now_ms=50)
+    cancelled = engine.cancel("s", "dropped", now_ms=51)
+    assert cancelled is not None
+    outcomes = [at_once.outcome, by_signal, expired, cancelled]
+    assert [o.outcome for o in outcomes] == [
+        OutcomeKind.COMPLETED,
+        OutcomeKind.COMPLETED,
+        OutcomeKind.EXPIRED,
+        OutcomeKind.CANCELLED,
+    ]
+    assert [(o.partition, o.sequence) for o in outcomes] == [(3, 1), (3, 2), (3, 3), (3, 4)]
+    again = engine.register(OperationSpec("at-once", "s", ("a",), deadline_ms=500), now_ms=60)
+    assert again.status is RegistrationStatus.DUPLICATE and again.outcome == at_once.outcome
+    # Outside the service the partition is 0.
+    plain = Engine(start_ms=0)
+    plain.register(OperationSpec("t", "s", (), deadline_ms=5), now_ms=0)
+    assert [o.partition for o in plain.advance_clock(5)] == [0]
+
+
+@pytest.mark.parametrize("restored_at", [0, 100, 200, 5_000])
+def test_the_partition_survives_a_snapshot_on_pending_and_finished_operations(
+    restored_at: int,
+) -> None:
+    engine = Engine(start_ms=0, partition=5)
+    engine.register(OperationSpec("done", "s", ("k",), deadline_ms=9_000), now_ms=0)
+    [done] = engine.signal("s", "k", now_ms=10)
+    engine.register(OperationSpec("dropped", "s", ("x",), deadline_ms=9_000), now_ms=20)
+    dropped = engine.cancel("s", "dropped", now_ms=30)
+    engine.register(OperationSpec("waiting", "s", ("y",), deadline_ms=6_000), now_ms=40)
+    engine.register(
+        OperationSpec("event", "s", (), deadline_ms=700, time_domain=TimeDomain.EVENT_TIME),
+        now_ms=50,
+    )
+    engine.advance_clock(100)
+    data = snapshot_engine(engine)
+
+    restored = restore_engine(data, now_ms=restored_at, config=engine.config)
+    assert restored.partition == 5
+    assert restored.lookup("s", "done") == engine.lookup("s", "done")
+    assert restored.lookup("s", "dropped") == engine.lookup("s", "dropped")
+    finished = [restored.lookup("s", "done"), restored.lookup("s", "dropped")]
+    assert [f[1] for f in finished if f is not None] == [done, dropped]
+    assert {done.partition, dropped is not None and dropped.partition} == {5}
+    repeat = restored.register(OperationSpec("done", "s", ("k",), deadline_ms=9_000), now_ms=200)
+    assert repeat.status is RegistrationStatus.DUPLICATE and repeat.outcome == done
+    # Pending operations decided after the restore carry it too, as the original's do.
+    for e in (engine, restored):
+        e.advance_watermark("s", 700)
+    later = restored.advance_clock(6_000)
+    assert later == engine.advance_clock(6_000)
+    assert [(o.op_id, o.outcome, o.partition) for o in later] == [
+        ("waiting", OutcomeKind.EXPIRED, 5),
+        ("event", OutcomeKind.EXPIRED, 5),
+    ]
+
+
+# -- resume: after a restore, what is overdue expires flagged late ------------------------------
+
+
+def _resumable() -> Engine:
+    """An engine at 0 holding operations overdue, due and not due at 300, in both domains."""
+    engine = Engine(start_ms=0, partition=1)
+    engine.register(OperationSpec("past", "s", (), deadline_ms=100), now_ms=0)
+    engine.register(OperationSpec("edge", "s", ("k",), deadline_ms=300), now_ms=0)
+    engine.register(OperationSpec("future", "s", ("k",), deadline_ms=301), now_ms=0)
+    event_time = TimeDomain.EVENT_TIME
+    engine.register(OperationSpec("ev", "s", (), deadline_ms=50, time_domain=event_time), now_ms=0)
+    engine.register(
+        OperationSpec("ev-later", "s", ("k",), deadline_ms=10_000, time_domain=event_time),
+        now_ms=0,
+    )
+    engine.advance_watermark("s", 100)  # "ev" is overdue in event time
+    return engine
+
+
+def test_resume_flags_only_overdue_processing_time_operations_late() -> None:
+    restored = restore_engine(snapshot_engine(_resumable()), now_ms=0)
+    assert restored.resume(300) == 2  # "past" and "edge"; not "future", not event time
+    assert restored.resume(300) == 0  # already flagged: nothing new
+    assert restored.clock_ms == 300  # the clock moves to the restart's time
+    outcomes = restored.advance_clock(300)
+    got = {o.op_id: (o.outcome, o.late, o.outcome_ms, o.partition) for o in outcomes}
+    assert got == {
+        "past": (OutcomeKind.EXPIRED, True, 100, 1),
+        "edge": (OutcomeKind.EXPIRED, True, 300, 1),
+        "ev": (OutcomeKind.EXPIRED, False, 300, 1),
+    }
+    assert restored.statistics().late == 2
+    [future] = restored.advance_clock(301)
+    assert (future.op_id, future.late) == ("future", False)
+    assert [s.op_id for s in restored.pending()] == ["ev-later"]
+    assert restored.resume(1_000_000) == 0  # event time is never flagged by the wall clock
+
+
+def test_resume_counts_and_flags_the_same_on_a_live_engine() -> None:
+    engine = _resumable()
+    assert engine.resume(299) == 1  # only "past": "edge" is due at 300
+    assert engine.resume(300) == 1  # now "edge"
+    late = {o.op_id for o in engine.advance_clock(300) if o.late}
+    assert late == {"past", "edge"}
+
+
+def test_a_flagged_operation_is_past_its_deadline_so_a_signal_no_longer_completes_it() -> None:
+    engine = Engine(start_ms=0)
+    engine.register(OperationSpec("o", "s", ("k",), deadline_ms=100), now_ms=0)
+    assert engine.resume(100) == 1
+    assert engine.clock_ms == 100
+    assert engine.signal("s", "k", now_ms=99) == []  # told an earlier time: the clock holds
+    [out] = engine.advance_clock(100)
+    assert (out.op_id, out.outcome, out.late, out.keys) == ("o", OutcomeKind.EXPIRED, True, ("k",))
+    assert engine.statistics().late == 1
+
+
+@pytest.mark.parametrize("bad", [-5, "300", None, True, 1.5, 2**80])
+def test_resume_rejects_a_bad_time_like_every_other_input(bad: Any) -> None:
+    engine = _resumable()  # no journal
+    with pytest.raises(UsageError, match=r"^now_ms"):
+        engine.resume(bad)
+
+
+def test_an_operation_overdue_at_the_snapshot_clock_is_restored_exactly_not_late() -> None:
+    # Registered with a deadline already passed (and one due at the very clock), snapshotted
+    # before any advance: restored at the snapshot's own clock nothing is late, as in the original.
+    engine = Engine(start_ms=1_000, partition=2)
+    engine.register(OperationSpec("passed", "s", (), deadline_ms=900), now_ms=1_000)
+    engine.register(OperationSpec("due", "s", ("k",), deadline_ms=1_000), now_ms=1_000)
+    engine.register(OperationSpec("open", "s", ("k",), deadline_ms=1_001), now_ms=1_000)
+    data = snapshot_engine(engine)
+    for at in (0, 1_000):
+        restored = restore_engine(data, now_ms=at, config=engine.config)
+        assert snapshot_engine(restored) == data
+        [opened] = restored.signal("s", "k", now_ms=1_000, payload="p")
+        assert opened.op_id == "open"  # at its deadline, "due" loses to its expiry
+        outcomes = restored.advance_clock(1_000)
+        assert [(o.op_id, o.late, o.outcome_ms) for o in outcomes] == [
+            ("passed", False, 900),
+            ("due", False, 1_000),
+        ]
+        assert restored.statistics().late == 0
+    # The original, told the same, decides the same outcomes.
+    [opened_here] = engine.signal("s", "k", now_ms=1_000, payload="p")
+    assert [opened_here, *engine.advance_clock(1_000)] == [opened, *outcomes]
+    # Restored later than the snapshot (the previous behaviour): they are flagged late.
+    later = restore_engine(data, now_ms=1_001, config=engine.config)
+    assert [(o.op_id, o.late) for o in later.advance_clock(1_001)] == [
+        ("passed", True),
+        ("due", True),
+        ("open", True),
+    ]
+
+
+def test_a_late_flag_set_by_resume_is_kept_by_a_snapshot() -> None:
+    engine = Engine(start_ms=0)
+    engine.register(OperationSpec("o", "s", (), deadline_ms=100), now_ms=0)
+    engine.register(OperationSpec("p", "s", (), deadline_ms=500), now_ms=0)
+    assert engine.resume(100) == 1
+    data = snapshot_engine(engine)
+    restored = restore_engine(data, now_ms=0, config=engine.config)
+    assert snapshot_engine(restored) == data
+    assert restored.resume(100) == 0  # "o" came back already flagged
+    assert [(o.op_id, o.late) for o in restored.advance_clock(500)] == [
+        ("o", True),
+        ("p", False),
+    ]
+
+
+def test_a_rearmed_timer_expires_in_the_same_order_after_a_snapshot() -> None:
+    engine = Engine(start_ms=0)
+    engine.register(OperationSpec("a", "s", (), deadline_ms=50), now_ms=0)
+    engine.register(OperationSpec("b", "s", (), deadline_ms=100), now_ms=0)
+    moved = engine.register(OperationSpec("a", "s", (), deadline_ms=100), now_ms=0)
+    assert moved.status is RegistrationStatus.REARMED
+    restored = restore_engine(snapshot_engine(engine), now_ms=0, config=engine.config)
+    assert restored.advance_clock(100) == engine.advance_clock(100)  # b then a, sequences 1, 2
+
+
+def test_a_rearm_clears_the_late_flag_a_restore_set() -> None:
+    engine = Engine(start_ms=0)
+    engine.register(OperationSpec("t", "s", (), deadline_ms=100), now_ms=0)
+    restored = restore_engine(snapshot_engine(engine), now_ms=500, config=engine.config)
+    restored.register(OperationSpec("t", "s", (), deadline_ms=900), now_ms=500)  # re-armed
+    [expired] = restored.advance_clock(900)
+    assert (expired.op_id, expired.outcome_ms, expired.late) == ("t", 900, False)

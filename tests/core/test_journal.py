@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -25,13 +26,21 @@ from purgatory._core import (
     LimitError,
     OperationSpec,
     Outcome,
+    OutcomeKind,
     RegisterEntry,
+    Registration,
     RegistrationStatus,
     SignalEntry,
     TimeDomain,
     TtlConfig,
 )
-from purgatory._core._journal import JournalRecorder, decode_entry, replay_journal
+from purgatory._core._entries import ResumeEntry
+from purgatory._core._journal import (
+    JournalRecorder,
+    decode_entry,
+    encode_entry,
+    replay_journal,
+)
 from purgatory._core._snapshot import restore_engine, snapshot_engine
 
 _SCOPES = st.sampled_from(["s1", "s2"])
@@ -44,14 +53,23 @@ _SPECS = st.tuples(
     st.sampled_from(["all", "any"]),
     st.sampled_from(list(TimeDomain)),
 )
-_ACTIONS = st.lists(
+_ACTION = st.one_of(
+    st.tuples(st.just("register"), _SPECS),
+    st.tuples(st.just("signal"), st.tuples(_SCOPES, _KEYNAMES, st.integers(0, 900))),
+    st.tuples(st.just("watermark"), st.tuples(_SCOPES, st.integers(0, 900))),
+    st.tuples(st.just("cancel"), st.tuples(_SCOPES, st.sampled_from(["o1", "o2"]))),
+    st.tuples(st.just("advance"), st.integers(0, 200)),
+)
+_ACTIONS = st.lists(_ACTION, max_size=50)
+# Longer runs, registrations twice as likely, and resumes (at the clock plus up to 300 ms): the
+# late flags they set are journaled.
+_ACTIONS_WITH_RESUMES = st.lists(
     st.one_of(
         st.tuples(st.just("register"), _SPECS),
-        st.tuples(st.just("signal"), st.tuples(_SCOPES, _KEYNAMES, st.integers(0, 900))),
-        st.tuples(st.just("watermark"), st.tuples(_SCOPES, st.integers(0, 900))),
-        st.tuples(st.just("cancel"), st.tuples(_SCOPES, st.sampled_from(["o1", "o2"]))),
-        st.tuples(st.just("advance"), st.integers(0, 200)),
+        _ACTION,
+        st.tuples(st.just("resume"), st.integers(0, 300)),
     ),
+    min_size=10,
     max_size=50,
 )
 CONFIG = EngineConfig(signal_ttl=TtlConfig(ttl_ms=300), outcome_ttl_ms=400, max_pending=6)
@@ -60,11 +78,13 @@ CONFIG = EngineConfig(signal_ttl=TtlConfig(ttl_ms=300), outcome_ttl_ms=400, max_
 class Original:
     """An engine recording its journal, and every outcome its calls returned."""
 
-    def __init__(self) -> None:
+    def __init__(self, partition: int = 0) -> None:
         self.journal = JournalRecorder()
-        self.engine = Engine(CONFIG, start_ms=1_000, journal=self.journal)
+        self.engine = Engine(CONFIG, start_ms=1_000, journal=self.journal, partition=partition)
         self.now = 1_000
         self.outcomes: list[Outcome] = []
+        # The registrations the engine accepted: (their journal index, spec, answer).
+        self.accepted: list[tuple[int, OperationSpec, Registration]] = []
 
     def apply(self, action: tuple[str, Any]) -> None:
         kind, arg = action
@@ -77,6 +97,7 @@ class Original:
             )  # fmt: skip
             with contextlib.suppress(ConflictError, LimitError):
                 registration = engine.register(spec, now_ms=self.now)
+                self.accepted.append((len(self.journal.entries) - 1, spec, registration))
                 if registration.status is RegistrationStatus.COMPLETED:
                     assert registration.outcome is not None
                     self.outcomes.append(registration.outcome)
@@ -90,6 +111,8 @@ class Original:
         elif kind == "cancel":
             cancelled = engine.cancel(*arg, now_ms=self.now)
             self.outcomes += [cancelled] if cancelled is not None else []
+        elif kind == "resume":
+            engine.resume(self.now + arg)
         else:
             self.now += arg
             self.outcomes += engine.advance_clock(self.now)
@@ -236,3 +259,193 @@ def test_a_crash_after_any_acknowledged_prefix_keeps_every_released_outcome(
     replay_journal(prefix, entries[:acknowledged])
     assert rebuilt.pending() == prefix.pending()
     event(f"entries replayed after the snapshot: {min(acknowledged - taken, 3)}")
+
+
+# -- resume: journaled, so a replay flags the same operations late ------------------------------
+
+
+def test_a_resume_is_journaled_as_a_row_and_a_replay_reproduces_its_late_flags() -> None:
+    recorder = JournalRecorder()
+    engine = Engine(CONFIG, start_ms=0, journal=recorder, partition=4)
+    engine.register(OperationSpec("o", "s", (), deadline_ms=100), now_ms=0)
+    engine.register(OperationSpec("p", "s", ("k",), deadline_ms=200), now_ms=0)
+    assert engine.resume(150) == 1
+    assert recorder.entries[-1] == ["resume", 150]
+    assert encode_entry(ResumeEntry(150)) == ["resume", 150]
+    assert decode_entry(json.loads(json.dumps(recorder.entries[-1]))) == ResumeEntry(150)
+    at_resume = snapshot_engine(engine)
+    outcomes = engine.advance_clock(200)
+    assert [(o.op_id, o.late, o.partition) for o in outcomes] == [("o", True, 4), ("p", False, 4)]
+
+    rows = json.loads(json.dumps(recorder.entries))
+    until_resume = Engine(CONFIG, start_ms=0, partition=4)
+    assert replay_journal(until_resume, rows[:3]) == []
+    assert snapshot_engine(until_resume) == at_resume  # the flag included
+    assert replay_journal(Engine(CONFIG, start_ms=0, partition=4), rows) == outcomes
+    typed = [decode_entry(row) for row in rows]
+    assert replay_journal(Engine(CONFIG, start_ms=0, partition=4), typed) == outcomes
+
+
+@pytest.mark.parametrize("row", [["resume"], ["resume", 1, 2], ["resume", 1, 2, 3]])
+def test_a_resume_row_of_the_wrong_length_is_rejected(row: list[Any]) -> None:
+    with pytest.raises(BadRecordError, match=r"^journal entry 0: .*wrong length: 'resume'"):
+        replay_journal(Engine(CONFIG, start_ms=0), [row])
+
+
+@pytest.mark.parametrize("now_ms", [-5, True, 1.5, "150", None, 2**80])
+def test_a_resume_row_with_a_bad_time_is_rejected_like_an_advance(now_ms: Any) -> None:
+    with pytest.raises(BadRecordError, match=r"^journal entry 0: now_ms"):
+        replay_journal(Engine(CONFIG, start_ms=0), [["resume", now_ms]])
+
+
+def _document(snapshot: bytes) -> dict[str, Any]:
+    """The JSON document of a snapshot (magic, 2 bytes of version, zlib body)."""
+    header = len(b"PURGATORY-SNAPSHOT\n") + 2
+    doc: dict[str, Any] = json.loads(zlib.decompress(snapshot[header:]))
+    return doc
+
+
+def _replayed_to(entries: list[list[Any]], end: int) -> Engine:
+    engine = Engine(CONFIG, start_ms=1_000, partition=3)
+    replay_journal(engine, entries[:end])
+    return engine
+
+
+def _state(engine: Engine) -> dict[str, Any]:
+    """The snapshot document, remembered signals and outcomes in a canonical order.
+
+    A snapshot holds only unexpired entries, but a live engine keeps an expired one in place
+    until its next ``advance_clock`` (a resume moves the clock without one), so a write to that
+    key keeps its old position there and takes a new one in a restored engine.
+    """
+    doc = _document(snapshot_engine(engine))
+    doc["signals"] = sorted(doc["signals"], key=json.dumps)
+    doc["finished"] = sorted(doc["finished"], key=json.dumps)
+    return doc
+
+
+def _counts(engine: Engine) -> tuple[int, ...]:
+    """The statistics a restore keeps: not the sizes of the watch lists and of the signal store,
+    which count entries done with (completed watchers, expired signals) until they are purged."""
+    s = engine.statistics()
+    return (
+        s.pending, s.scopes_with_watermark, s.completed, s.expired, s.cancelled, s.late,
+        s.sequence, s.clock_ms,
+    )  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(actions=_ACTIONS_WITH_RESUMES, data=st.data())
+def test_a_crash_restores_from_a_snapshot_and_the_journal_then_resumes_late_exactly(
+    actions: list[tuple[str, Any]], data: st.DataObject
+) -> None:
+    """The crash model with partitions, exact late flags and a resume.
+
+    Crash after an acknowledged prefix of ``k`` entries; restore the snapshot of the engine
+    replayed to ``j <= k`` at ``now_ms=0`` (its own clock) and replay ``entries[j:k]``. Every
+    outcome released within the prefix is decided again with exactly the same fields (or kept in
+    the snapshot), no accepted registration is lost, the state is a replay of the prefix, and a
+    resume at a wall clock past every deadline expires what is pending there, flagged late."""
+    original = Original(partition=3)
+    released: list[tuple[int, Outcome]] = []  # (journal length that decided it, outcome)
+    for action in actions:
+        before = len(original.outcomes)
+        original.apply(action)
+        released += [(len(original.journal.entries), o) for o in original.outcomes[before:]]
+    entries: list[list[Any]] = json.loads(json.dumps(original.journal.entries))
+    assert len(entries) == len(actions)  # one entry per input, refused ones included
+    assert all(o.partition == 3 for _, o in released)
+    k = data.draw(
+        st.integers(0, len(entries)) | st.just(len(entries)), label="journal entries acknowledged"
+    )
+    j = data.draw(st.integers(0, k), label="snapshot after entry")
+    at_snapshot = _replayed_to(entries, j)
+    snapshot = snapshot_engine(at_snapshot)
+
+    restored = restore_engine(snapshot, now_ms=0, config=CONFIG)
+    assert restored.partition == 3
+    assert snapshot_engine(restored) == snapshot  # exactly the saved state, late flags included
+    replayed = replay_journal(restored, entries[j:k])
+
+    # (1) What was released after the snapshot is decided again, identically; what was released
+    # before it is in the snapshot's finished operations (unless its TTL ran out, as it did in
+    # the original), identically too.
+    assert replayed == [o for at, o in released if j < at <= k]
+    latest: dict[tuple[str, str], Outcome] = {}
+    for at, o in released:
+        if at <= j:
+            latest[o.scope, o.op_id] = o
+    kept = restore_engine(snapshot, now_ms=0, config=CONFIG)  # lookups, apart from `restored`
+    for (scope, op_id), outcome in latest.items():
+        found = kept.lookup(scope, op_id)
+        assert found == at_snapshot.lookup(scope, op_id)
+        if found is not None and found[1] is not None:
+            assert found[1] == outcome
+            event("a released outcome is looked up in the snapshot")
+
+    # (2) Every accepted registration is pending, or was answered by an outcome decided at or
+    # after it (or, a duplicate, by the outcome it repeats).
+    pending = {(spec.scope, spec.op_id) for spec in restored.pending()}
+    for index, spec, registration in original.accepted:
+        if index >= k:
+            continue
+        ident = (spec.scope, spec.op_id)
+        decided = [(at, o) for at, o in released if at <= k and (o.scope, o.op_id) == ident]
+        answered = registration.outcome is not None and registration.outcome in [
+            o for _, o in decided
+        ]
+        assert ident in pending or answered or any(at > index for at, _ in decided)
+
+    # (3) The state is the one a replay of the whole prefix reaches.
+    prefix = _replayed_to(entries, k)
+    assert _state(restored) == _state(prefix)
+    assert restored.pending() == prefix.pending()
+    assert _counts(restored) == _counts(prefix)
+
+    # (4) Resumed at a wall clock past every deadline: every processing-time operation pending
+    # expires, flagged late; an event-time one only if its watermark passed, never late.
+    doc = _document(snapshot_engine(restored))
+    watermarks: dict[str, int] = doc["watermarks"]
+    processing = TimeDomain.PROCESSING_TIME.value
+    wall = restored.clock_ms + 10_000
+    rows = doc["operations"]
+    unflagged = [r for r in rows if r[6] == processing and r[11] is False]
+    in_prefix = [o for at, o in released if at <= k]
+    assert restored.resume(wall) == len(unflagged)
+    assert restored.clock_ms == wall  # the clock moves to the restart's time
+    after: list[Outcome] = []
+    for _ in range(10):
+        after += restored.advance_clock(wall)
+        nxt = restored.next_expiration_ms()
+        if nxt is None or nxt > wall:
+            break
+    expected = {
+        (r[1], r[0]): r[6] == processing
+        for r in rows
+        if r[6] == processing or watermarks.get(r[1], -1) >= r[3]
+    }
+    assert {(o.scope, o.op_id): o.late for o in after} == expected
+    assert all(o.outcome is OutcomeKind.EXPIRED and o.partition == 3 for o in after)
+    assert [o.sequence for o in after] == list(
+        range(prefix.statistics().sequence + 1, prefix.statistics().sequence + 1 + len(after))
+    )
+    # Only operations pending at the crash are decided: no released outcome is decided again.
+    assert not {(o.scope, o.op_id, o.sequence) for o in after} & {
+        (o.scope, o.op_id, o.sequence) for o in in_prefix
+    }
+    still = [(spec.scope, spec.op_id) for spec in restored.pending()]
+    assert sorted(still) == sorted((r[1], r[0]) for r in rows if (r[1], r[0]) not in expected)
+    # No released outcome changed: the replay of the prefix, resumed alike, agrees.
+    assert prefix.resume(wall) == len(unflagged)
+    again: list[Outcome] = []
+    for _ in range(10):
+        again += prefix.advance_clock(wall)
+        nxt = prefix.next_expiration_ms()
+        if nxt is None or nxt > wall:
+            break
+    assert again == after
+    event(f"expired late on resume: {min(sum(o.late for o in after), 3)}")
+    event(f"outcomes decided again by the replay: {min(len(replayed), 3)}")
+    event(f"late outcomes decided again by the replay: {min(sum(o.late for o in replayed), 2)}")
+    flagged = sum(r[11] is True for r in _document(snapshot)["operations"])
+    event(f"operations flagged late in the snapshot: {min(flagged, 2)}")
