@@ -14,7 +14,7 @@ retried signal only refreshes what is remembered), so a retry is safe.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -71,6 +71,8 @@ class PurgatoryClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._timeout_s = timeout_s
+        self._clock: Callable[[], float] = time.monotonic  # tests replace both
+        self._sleep: Callable[[float], None] = time.sleep
         self._http = httpx.Client(
             base_url=base_url, headers=_headers(token), timeout=timeout_s, transport=transport
         )
@@ -86,7 +88,7 @@ class PurgatoryClient:
         self._http.close()
 
     def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        give_up = time.monotonic() + self._timeout_s
+        give_up = self._clock() + self._timeout_s
         while True:
             try:
                 response = self._http.request(
@@ -98,10 +100,11 @@ class PurgatoryClient:
                 )
             except httpx.HTTPError as exc:
                 raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-            pause = retry_after_s(response.status_code, response.headers)
-            if pause is None or time.monotonic() + pause > give_up:
+            left = give_up - self._clock()
+            pause = retry_after_s(response.status_code, response.headers, left)
+            if pause is None:
                 return answer(response.status_code, response.content)
-            time.sleep(pause)
+            self._sleep(pause)
 
     def register(self, **spec: Any) -> Any:
         """Register one operation (see :func:`purgatory.client.operation` for the arguments)."""
@@ -181,8 +184,9 @@ class AsyncPurgatoryClient:
                 )
             except httpx.HTTPError as exc:
                 raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-            pause = retry_after_s(response.status_code, response.headers)
-            if pause is None or trio.current_time() + pause > give_up:
+            left = give_up - trio.current_time()
+            pause = retry_after_s(response.status_code, response.headers, left)
+            if pause is None:
                 return answer(response.status_code, response.content)
             await trio.sleep(pause)
 

@@ -134,9 +134,10 @@ def answer(status: int, body: bytes) -> Any:
     return data
 
 
-def retry_after_s(status: int, headers: Mapping[str, str]) -> float | None:
+def retry_after_s(status: int, headers: Mapping[str, str], left_s: float) -> float | None:
     """How long to wait before trying again, when the service says to (503 with Retry-After:
-    the scope's partition is being restored); None when the answer is final."""
+    the scope's partition is being restored) and the pause fits in the ``left_s`` seconds the
+    caller has left; None when the answer is final."""
     if status != 503:
         return None
     value = headers.get("retry-after", "")
@@ -144,4 +145,5 @@ def retry_after_s(status: int, headers: Mapping[str, str]) -> float | None:
         seconds = float(value)
     except ValueError:
         return None
-    return min(max(seconds, 0.05), MAX_RETRY_PAUSE_S)
+    pause = min(max(seconds, 0.05), MAX_RETRY_PAUSE_S)
+    return pause if pause <= left_s else None

@@ -129,31 +129,34 @@ async def restore_partition(
         BadRecordError: a journal entry is damaged.
     """
     with _gc_paused():
-        return await _restore(
+        replayer, start = await _from_snapshot(
             reader,
-            topic=topic,
             snapshots_topic=snapshots_topic,
             partition=partition,
             config=config,
             journal=journal,
             progress=progress,
         )
+        began = trio.current_time()
+        end = await reader.read(topic, partition, start, replayer.handle)
+    progress.tail_s = trio.current_time() - began
+    progress.seconds = trio.current_time() - progress.started_s
+    return Restored(
+        replayer.engine, replayer.positions, replayer.resend, replayer.acked, end, progress
+    )
 
 
-async def _restore(
+async def _from_snapshot(
     reader: LogReader,
     *,
-    topic: str,
     snapshots_topic: str | None,
     partition: int,
     config: EngineConfig,
     journal: Callable[[JournalEntry], None] | None,
     progress: Progress,
-) -> Restored:
-    positions: dict[str, int] = {}
-    resend: list[Outcome] = []
-    acked = 0
-    start = 0
+) -> tuple[Replayer, int]:
+    """The engine of the latest usable snapshot (a new one without), ready to replay the
+    journal from the offset it returns."""
     began = trio.current_time()
     found = None
     if snapshots_topic is not None:
@@ -164,25 +167,22 @@ async def _restore(
     progress.fetch_s = trio.current_time() - began
     if found is None:
         engine = Engine(config, partition=partition, journal=journal)
-    else:
-        began = trio.current_time()
-        manifest = found.manifest
-        engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
-        start = manifest.journal_offset
-        positions = {t: o for t, _p, o in manifest.input_positions}
-        acked = manifest.delivered
-        resend = engine.decided_after(acked)
-        progress.snapshot_bytes = manifest.size_bytes
-        progress.snapshot_pending = engine.statistics().pending
-        progress.rebuild_s = trio.current_time() - began
-    progress.offset = start
-
-    replayer = Replayer(engine, positions=positions, acked=acked, resend=resend, progress=progress)
+        return Replayer(engine, progress=progress), 0
     began = trio.current_time()
-    end = await reader.read(topic, partition, start, replayer.handle)
-    progress.tail_s = trio.current_time() - began
-    progress.seconds = trio.current_time() - progress.started_s
-    return Restored(engine, replayer.positions, replayer.resend, replayer.acked, end, progress)
+    manifest = found.manifest
+    engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
+    progress.snapshot_bytes = manifest.size_bytes
+    progress.snapshot_pending = engine.statistics().pending
+    progress.rebuild_s = trio.current_time() - began
+    progress.offset = manifest.journal_offset
+    replayer = Replayer(
+        engine,
+        positions={t: o for t, _p, o in manifest.input_positions},
+        acked=manifest.delivered,
+        resend=engine.decided_after(manifest.delivered),
+        progress=progress,
+    )
+    return replayer, manifest.journal_offset
 
 
 class Replayer:

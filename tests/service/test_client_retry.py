@@ -1,0 +1,91 @@
+"""The clients retry a 503 with Retry-After (a partition restoring) within their timeout."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from purgatory.client import AsyncPurgatoryClient, PurgatoryClient
+from purgatory.client._requests import ApiError, retry_after_s
+
+RESTORING = {"error": {"status": 503, "field": "scope", "message": "partition 1 is being restored"}}
+
+
+def _service(refusals: int, calls: list[str], retry_after: str = "1") -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if len(calls) <= refusals:
+            return httpx.Response(503, json=RESTORING, headers={"Retry-After": retry_after})
+        return httpx.Response(201, json={"status": "pending"})
+
+    return httpx.MockTransport(handle)
+
+
+def test_the_pause_is_the_services_bounded_and_fits_the_time_left() -> None:
+    assert retry_after_s(503, {"retry-after": "1"}, 10.0) == 1.0
+    assert retry_after_s(503, {"retry-after": "0"}, 10.0) == 0.05  # never a busy loop
+    assert retry_after_s(503, {"retry-after": "120"}, 10.0) == 2.0  # at most MAX_RETRY_PAUSE_S
+    assert retry_after_s(503, {"retry-after": "1"}, 0.5) is None  # no time left: final
+    assert retry_after_s(503, {}, 10.0) is None  # a 503 without Retry-After is final
+    assert retry_after_s(503, {"retry-after": "Wed, 21 Oct 2026"}, 10.0) is None
+    assert retry_after_s(429, {"retry-after": "1"}, 10.0) is None
+
+
+class _VirtualTime:
+    """The blocking client's clock and sleep, without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _blocking(
+    transport: httpx.MockTransport, timeout_s: float
+) -> tuple[PurgatoryClient, _VirtualTime]:
+    client = PurgatoryClient("http://api", timeout_s=timeout_s, transport=transport)
+    time = _VirtualTime()
+    client._clock, client._sleep = time.clock, time.sleep
+    return client, time
+
+
+def test_the_blocking_client_retries_until_the_partition_is_restored() -> None:
+    calls: list[str] = []
+    client, time = _blocking(_service(2, calls), timeout_s=30)
+    with client:
+        answer = client.register(scope="s", op_id="o", keys=["k"], timeout_ms=1_000)
+    assert answer == {"status": "pending"}
+    assert calls == ["/v1/operations"] * 3
+    assert time.slept == [1.0, 1.0]
+
+
+def test_the_blocking_client_gives_up_with_the_503_when_its_timeout_is_spent() -> None:
+    calls: list[str] = []
+    client, time = _blocking(_service(99, calls), timeout_s=2.5)
+    with client, pytest.raises(ApiError) as info:
+        client.get("s", "o")
+    assert info.value.status == 503 and info.value.field == "scope"
+    assert len(calls) == 3 and time.slept == [1.0, 1.0]  # a third pause would pass 2.5 s
+
+
+async def test_the_trio_client_retries_in_virtual_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    calls: list[str] = []
+    start = trio.current_time()
+    async with AsyncPurgatoryClient(
+        "http://api", timeout_s=10, transport=_service(3, calls)
+    ) as client:
+        assert await client.register(scope="s", op_id="o", timeout_ms=1_000) == {
+            "status": "pending"
+        }
+    assert len(calls) == 4
+    assert trio.current_time() - start == pytest.approx(3.0)  # three pauses of Retry-After: 1
