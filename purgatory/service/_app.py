@@ -38,6 +38,7 @@ from hypercorn.trio import serve
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
 from purgatory.service._changelog import Changelog, Gate, NoJournal
+from purgatory.service._forward import Forwarder, new_forwarder
 from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
@@ -45,6 +46,7 @@ from purgatory.service._logging import get_logger
 from purgatory.service._metrics import JournalStatus, Metrics, PartitionStatus
 from purgatory.service._openapi import load_openapi
 from purgatory.service._outbox import Outbox
+from purgatory.service._owners import StaticOwners
 from purgatory.service._restore import Progress, follow_assignment
 from purgatory.service._settings import Settings
 from purgatory.service._state import ServiceState
@@ -183,6 +185,20 @@ class Service:
             resend=self.outbox.put,
         )
         self.restores: dict[int, Progress] = {}
+        self.owners: StaticOwners | None = None
+        self.forwarder: Forwarder | None = None
+        if settings.peer_urls is not None and settings.replica_ordinal is not None:
+            self.owners = StaticOwners(settings.peer_urls, settings.replica_ordinal, partitions)
+            if settings.kafka_static_partitions is None or sorted(
+                settings.kafka_static_partitions
+            ) != list(self.owners.own()):
+                raise UsageError(
+                    f"PURGATORY_KAFKA_STATIC_PARTITIONS must be the partitions replica"
+                    f" {settings.replica_ordinal} of {len(settings.peer_urls)} owns by"
+                    f" PURGATORY_PEER_URLS ({','.join(map(str, self.owners.own()))}), got"
+                    f" {settings.kafka_static_partitions}"
+                )
+            self.forwarder = new_forwarder(me=str(settings.replica_ordinal))
         self.reaper = Reaper(
             self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
         )
@@ -208,6 +224,8 @@ class Service:
             openapi=load_openapi(),
             observe=self.metrics.http_request,
             count_registration=self.metrics.registration,
+            forwarder=self.forwarder,
+            owner_url=self.owners.url_of if self.owners is not None else lambda _p: None,
         )
         self.app = build_app(self.state, self.http_config, self.gate)
 
@@ -400,6 +418,8 @@ class Service:
                 with trio.move_on_after(settings.shutdown_grace_ms / 1000):
                     await self.changelog.mark_delivered(self.state.serving())
             await self.executor.aclose()
+            if self.forwarder is not None:
+                await self.forwarder.aclose()
         stats = self.outbox.statistics()
         _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
 

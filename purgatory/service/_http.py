@@ -46,6 +46,7 @@ from purgatory._core import (
     UsageError,
 )
 from purgatory.service._changelog import Gate, NoJournal
+from purgatory.service._forward import FORWARDED_BY, Forwarded, Forwarder
 from purgatory.service._state import NotServingError, ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
@@ -68,6 +69,30 @@ class HttpConfig:
     observe: Callable[[str, str, int, float], None] = lambda route, method, status, s: None
     count_registration: Callable[[str], None] = lambda result: None
     readiness: Callable[[], Mapping[str, object]] | None = None
+    forwarder: Forwarder | None = None
+    owner_url: Callable[[int], str | None] = lambda partition: None
+
+
+class _ForwardFailedError(Exception):
+    """An owner did not take its part of a batch: its answer is the batch's."""
+
+    def __init__(self, answer: Forwarded) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+
+
+def _passed_on(answered: Forwarded) -> Response:
+    """The owner's answer, as this replica's."""
+    response = Response(answered.body, status_code=answered.status)
+    for name, value in answered.headers.items():
+        response.headers[name] = value
+    return response
+
+
+def _wait_s(request: Request) -> float:
+    """A long poll's own wait, added to the forwarding timeout."""
+    raw = request.query_params.get("timeout_ms", "")
+    return int(raw) / 1000 if raw.isdigit() and len(raw) < 9 else 0.0
 
 
 class HttpError(Exception):
@@ -103,9 +128,46 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
     """The Starlette application serving the API over ``state``.
 
     A write is answered once ``gate`` (the journal) has it acknowledged: a 2xx means it survives
-    a crash. Reads see the engine as it is, writes not yet acknowledged included.
+    a crash. Reads see the engine as it is, writes not yet acknowledged included. A request for
+    a scope another replica owns is forwarded to it (``config.forwarder``); a batch is split by
+    owner, the other owners' parts forwarded first, then the local part applied.
     """
     gate = gate if gate is not None else NoJournal()
+
+    def target(request: Request, partition: int) -> str | None:
+        """Where to forward a request for ``partition``: None to answer here."""
+        if config.forwarder is None or FORWARDED_BY in request.headers:
+            return None
+        return config.owner_url(partition)
+
+    async def forward(
+        request: Request, url: str, raw: bytes | None, *, extra_s: float = 0.0
+    ) -> Forwarded:
+        assert config.forwarder is not None
+        return await config.forwarder.send(
+            url,
+            method=request.method,
+            path=request.url.path,
+            query=request.url.query,
+            headers=request.headers,
+            body=raw,
+            extra_s=extra_s,
+        )
+
+    def split(request: Request, scopes: list[str]) -> tuple[list[int], dict[str, list[int]]]:
+        """The batch's item indexes to apply here, and those to forward, by owner URL. Raises
+        NotServingError before anything is applied when a local item's partition is not ready."""
+        local: list[int] = []
+        remote: dict[str, list[int]] = {}
+        serving = state.serving()
+        for index, scope in enumerate(scopes):
+            partition = state.partition_of(scope)
+            url = None if partition in serving else target(request, partition)
+            if url is None:
+                local.append(index)
+            else:
+                remote.setdefault(url, []).append(index)
+        return local, remote
 
     async def body(request: Request) -> Any:
         declared = request.headers.get("content-length")
@@ -118,8 +180,9 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             if size > config.max_request_bytes:
                 raise HttpError(413, f"body over max_request_bytes ({config.max_request_bytes})")
             chunks.append(chunk)
+        raw = request.state.raw = b"".join(chunks)  # kept: it may be forwarded as it came
         try:
-            return json.loads(b"".join(chunks))
+            return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise HttpError(400, f"body is not valid JSON: {exc}", "(body)") from None
 
@@ -185,8 +248,27 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             if exc.status in (400, 422):
                 config.count_registration("invalid")
             raise
-        results: list[dict[str, Any]] = []
-        for req in decoded:
+        local, remote = split(request, [req.scope for req in decoded])
+        results: list[dict[str, Any]] = [{} for _ in decoded]
+        raw_items = payload["operations"]
+        for url, indexes in remote.items():
+            sub = json.dumps({"operations": [raw_items[i] for i in indexes]}).encode()
+            answered = await forward(request, url, sub)
+            theirs = answered.json().get("results") if answered.status == 200 else None
+            for position, index in enumerate(indexes):
+                req = decoded[index]
+                if isinstance(theirs, list) and position < len(theirs):
+                    results[index] = theirs[position]
+                else:
+                    error = f"forwarded to the scope's owner, which answered {answered.status}"
+                    results[index] = {
+                        "http_status": 503,
+                        "scope": req.scope,
+                        "op_id": req.op_id,
+                        "error": error,
+                    }
+        for index in local:
+            req = decoded[index]
             try:
                 status, answer = register_one(req)
             except ConflictError as exc:
@@ -197,7 +279,7 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
                 status, answer = 429, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
             except NotServingError as exc:
                 status, answer = 503, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
-            results.append({"http_status": status, **answer})
+            results[index] = {"http_status": status, **answer}
         await gate.durable()
         return JSONResponse({"results": results})
 
@@ -268,18 +350,42 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             }
         )
 
+    async def forward_parts(
+        request: Request, payload: Any, name: str, records: list[Any]
+    ) -> tuple[list[int], list[dict[str, Any]]]:
+        """Forward the items other replicas own (all must be taken before anything is applied
+        here); returns the indexes to apply here and the owners' answers."""
+        local, remote = split(request, [r.scope for r in records])
+        serving = state.serving()
+        for index in local:  # every local part must be servable before anything is applied
+            partition = state.partition_of(records[index].scope)
+            if partition not in serving:
+                raise NotServingError(partition, restoring=partition in state.restoring_now())
+        answers: list[dict[str, Any]] = []
+        for url, indexes in remote.items():
+            sub = json.dumps({name: [payload[name][i] for i in indexes]}).encode()
+            answered = await forward(request, url, sub)
+            if answered.status != 200:
+                raise _ForwardFailedError(answered)
+            answers.append(answered.json())
+        return local, answers
+
     async def post_signals(request: Request) -> Response:
         payload = await body(request)
         records = decode_all(payload, "signals", "signal", decode_signal, SignalRecord)
-        completed = sum(state.signal(rec) for rec in records)
+        local, forwarded = await forward_parts(request, payload, "signals", records)
+        completed = sum(state.signal(records[i]) for i in local)
         await gate.durable()
+        completed += sum(answer.get("completed", 0) for answer in forwarded)
         return JSONResponse({"accepted": len(records), "completed": completed})
 
     async def post_watermarks(request: Request) -> Response:
         payload = await body(request)
         records = decode_all(payload, "watermarks", "watermark", decode_signal, WatermarkRecord)
-        moved = sum(state.watermark(rec) for rec in records)
+        local, forwarded = await forward_parts(request, payload, "watermarks", records)
+        moved = sum(state.watermark(records[i]) for i in local)
         await gate.durable()
+        moved += sum(answer.get("moved", 0) for answer in forwarded)
         return JSONResponse({"accepted": len(records), "moved": moved})
 
     async def healthz(request: Request) -> Response:
@@ -319,8 +425,16 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             except LimitError as exc:
                 response = _error(429, str(exc), None)
             except NotServingError as exc:
-                response = _error(503, str(exc), "scope")
-                response.headers["Retry-After"] = "1"
+                url = None if exc.restoring else target(request, exc.partition)
+                if url is not None:
+                    raw = getattr(request.state, "raw", None)
+                    answered = await forward(request, url, raw, extra_s=_wait_s(request))
+                    response = _passed_on(answered)
+                else:
+                    response = _error(503, str(exc), "scope")
+                    response.headers["Retry-After"] = "1"
+            except _ForwardFailedError as exc:
+                response = _passed_on(exc.answer)
             except TransportError as exc:  # the journal failed: the write is not durable
                 response = _error(503, f"not durable: {exc}", None)
                 response.headers["Retry-After"] = "1"

@@ -225,6 +225,7 @@ _TOPIC = re.compile(r"(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}")
 _HTTP_TOKEN = re.compile(r"[\x21-\x7e]{16,4096}")  # visible ASCII: it travels in a header
 _ANY = re.compile(r".+", re.DOTALL)
 
+_BASE_URL = re.compile(r"https?://[^\s,/?#]+(/[^\s,?#]*)?")
 _WORD = _Text(_TOKEN, "a non-empty word without spaces or commas")
 _PATH = _Text(_TOKEN, "a file path without spaces or commas")
 _TOPIC_NAME = _Text(_TOPIC, "a Kafka topic name: 1 to 249 characters from a-z A-Z 0-9 . _ -")
@@ -297,6 +298,16 @@ class Settings:
         _List(_Int(0, 2**31 - 1), "partition numbers"),
         "Partitions this replica owns (for example its pod ordinal's share); "
         "unset: join the consumer group instead.",
+    )
+    peer_urls: tuple[str, ...] | None = _setting(
+        None,
+        _List(_Text(_BASE_URL, "an http(s) URL"), "http:// or https:// base URLs"),
+        "Every replica's base URL, in pod-ordinal order (ordinal mode): partition p belongs to"
+        " replica p * replicas // partitions, and a request for a scope another replica owns"
+        " is forwarded to it; unset: no forwarding.",
+    )
+    replica_ordinal: int | None = _setting(
+        None, _Int(0, 9_999), "This replica's index in PURGATORY_PEER_URLS (its pod ordinal)."
     )
     topic_requests: str = _setting(
         "purgatory.requests", _TOPIC_NAME, "Topic of registrations and cancels (key = scope)."
@@ -480,6 +491,20 @@ class Settings:
                     f"{env(name)}: must differ from {env(topics[topic])}, both are {topic!r}"
                 )
             topics.setdefault(topic, name)
+        if (self.peer_urls is None) != (self.replica_ordinal is None):
+            problems.append(
+                f"{env('replica_ordinal')}: set it together with {env('peer_urls')}"
+                " (both, or neither)"
+            )
+        elif (
+            self.peer_urls is not None
+            and self.replica_ordinal is not None
+            and self.replica_ordinal >= len(self.peer_urls)
+        ):
+            problems.append(
+                f"{env('replica_ordinal')}: must index {env('peer_urls')}"
+                f" ({len(self.peer_urls)} URLs), got {self.replica_ordinal}"
+            )
         if self.max_pending_per_scope > self.max_pending:
             problems.append(
                 f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"

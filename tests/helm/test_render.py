@@ -323,7 +323,12 @@ def test_ordinal_mode_is_a_statefulset_owning_flink_ranges_of_partitions() -> No
     expected = {
         str(i): ",".join(str(p) for p in key_group_range_for_operator(8, 3, i)) for i in range(3)
     }
+    peers = owned["data"].pop("peers").split(",")
     assert owned["data"] == expected == {"0": "0,1,2", "1": "3,4,5", "2": "6,7"}
+    # Every pod's stable name through the headless Service, by ordinal: where to forward.
+    assert peers == [
+        f"http://{FULLNAME}-{i}.{FULLNAME}-headless.{NAMESPACE}.svc:8080" for i in range(3)
+    ]
     pod = statefulset["spec"]["template"]
     assert "checksum/partitions" in pod["metadata"]["annotations"]
     script = pod["spec"]["containers"][0]["command"]
@@ -354,7 +359,10 @@ def test_an_ordinal_pod_gets_its_partitions_from_its_host_name(tmp_path: Path) -
             timeout=10,
             check=True,
         )
-        assert f"PURGATORY_KAFKA_STATIC_PARTITIONS={expected}" in done.stdout.splitlines()
+        lines = done.stdout.splitlines()
+        assert f"PURGATORY_KAFKA_STATIC_PARTITIONS={expected}" in lines
+        assert f"PURGATORY_REPLICA_ORDINAL={host.rsplit('-', 1)[1]}" in lines
+        assert f"PURGATORY_PEER_URLS={owned['data']['peers']}" in lines
     done = subprocess.run(
         ["/bin/sh", "-c", script],
         env={"HOSTNAME": f"{FULLNAME}-7", "PATH": os.environ["PATH"]},

@@ -41,6 +41,8 @@ MANAGED = {
     "kafka_ssl_certfile",
     "kafka_ssl_keyfile",
     "kafka_static_partitions",
+    "peer_urls",
+    "replica_ordinal",
 }
 # Defaults the chart changes on purpose: to listen beyond loopback, to find a Kafka Service, and
 # to refuse operations (429) before the memory limit kills the pod with all its state.

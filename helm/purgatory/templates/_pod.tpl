@@ -76,7 +76,9 @@ spec:
             exit 1
           fi
           PURGATORY_KAFKA_STATIC_PARTITIONS="$(cat "${owned}")"
-          export PURGATORY_KAFKA_STATIC_PARTITIONS
+          PURGATORY_PEER_URLS="$(cat "{{ include "purgatory.partitionsDir" . }}/peers")"
+          PURGATORY_REPLICA_ORDINAL="${ordinal}"
+          export PURGATORY_KAFKA_STATIC_PARTITIONS PURGATORY_PEER_URLS PURGATORY_REPLICA_ORDINAL
           exec purgatory serve
       {{- end }}
       ports:

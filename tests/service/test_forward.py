@@ -1,0 +1,206 @@
+"""Forwarding to the partition's owner (ordinal mode), over the in-memory broker, in virtual
+time: what is forwarded, what is applied here, and what is never forwarded twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from purgatory._core import ConfigError, UsageError
+from purgatory._core._key_groups import key_group_range_for_operator
+from purgatory.service._app import Service, topics_of
+from purgatory.service._forward import FORWARDED_BY, Forwarded, Forwarder
+from purgatory.service._http import build_app
+from purgatory.service._owners import StaticOwners
+from purgatory.service._partitioning import partition_for
+from purgatory.service._settings import Settings
+from reaper import Clock
+from tests.service.fake_kafka import FakeBroker, FakeTransport
+
+EPOCH_MS = 1_763_780_400_000
+PEERS = ("http://replica-0:8080", "http://replica-1:8080")
+LOCAL = next(f"s{i}" for i in range(100) if partition_for(f"s{i}", 2) == 0)
+REMOTE = next(f"s{i}" for i in range(100) if partition_for(f"s{i}", 2) == 1)
+
+
+def test_each_partition_has_one_owner_by_flinks_range_formula() -> None:
+    for partitions, replicas in ((8, 3), (2, 2), (12, 5), (7, 7)):
+        urls = [f"http://r{i}" for i in range(replicas)]
+        owned = [StaticOwners(urls, i, partitions).own() for i in range(replicas)]
+        assert sorted(p for part in owned for p in part) == list(range(partitions))
+        for ordinal, part in enumerate(owned):
+            assert list(part) == list(key_group_range_for_operator(partitions, replicas, ordinal))
+    owners = StaticOwners(PEERS, 0, 2)
+    assert owners.url_of(0) is None and owners.url_of(1) == "http://replica-1:8080"
+    with pytest.raises(UsageError, match="need at least as many partitions"):
+        StaticOwners(PEERS, 0, 1)
+    with pytest.raises(UsageError, match="ordinal 2"):
+        StaticOwners(PEERS, 2, 4)
+
+
+def test_the_peer_settings_go_together_and_the_ordinal_indexes_the_peers() -> None:
+    with pytest.raises(ConfigError, match="PURGATORY_REPLICA_ORDINAL: set it together"):
+        Settings.from_env({"PURGATORY_PEER_URLS": "http://a:1,http://b:1"})
+    with pytest.raises(ConfigError, match=r"must index PURGATORY_PEER_URLS \(2 URLs\), got 2"):
+        Settings.from_env(
+            {"PURGATORY_PEER_URLS": "http://a:1,http://b:1", "PURGATORY_REPLICA_ORDINAL": "2"}
+        )
+    with pytest.raises(ConfigError, match="PURGATORY_PEER_URLS: must be a comma-separated list"):
+        Settings.from_env({"PURGATORY_PEER_URLS": "ftp://a", "PURGATORY_REPLICA_ORDINAL": "0"})
+    ok = Settings.from_env(
+        {"PURGATORY_PEER_URLS": " http://a:1 ,http://b:1", "PURGATORY_REPLICA_ORDINAL": "1"}
+    )
+    assert ok.peer_urls == ("http://a:1", "http://b:1") and ok.replica_ordinal == 1
+
+
+@dataclass
+class _Owner(Forwarder):
+    """The other replica, as seen through the forwarder: records what it is sent."""
+
+    status: int = 200
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        pass  # no connection pool
+
+    async def send(
+        self,
+        base_url: str,
+        *,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        extra_s: float = 0.0,
+    ) -> Forwarded:
+        payload: Any = json.loads(body) if body else None
+        self.sent.append(
+            {"url": base_url, "method": method, "path": path, "query": query, "body": payload}
+        )
+        if self.status != 200:
+            error = {"error": {"status": self.status, "field": None, "message": "owner says no"}}
+            return Forwarded(self.status, json.dumps(error).encode(), {"retry-after": "1"})
+        if path == "/v1/signals":
+            answer: Any = {"accepted": len(payload["signals"]), "completed": 7}
+        elif path == "/v1/operations:batch":
+            answer = {
+                "results": [
+                    {"http_status": 201, "op_id": o["op_id"]} for o in payload["operations"]
+                ]
+            }
+        else:
+            answer = {"from": "owner"}
+        return Forwarded(200, json.dumps(answer).encode(), {"content-type": "application/json"})
+
+    async def aclose(self) -> None:
+        pass
+
+
+@asynccontextmanager
+async def replica_0(owner: _Owner) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    settings = Settings.from_env(
+        {},
+        peer_urls=PEERS,
+        replica_ordinal=0,
+        kafka_static_partitions=(0,),
+        max_deadline_ahead_ms=86_400_000,
+    )
+    broker = FakeBroker({t: 2 for t in topics_of(settings)})
+    fake = FakeTransport(broker)
+    topics = [settings.topic_requests, settings.topic_signals]
+    async with (
+        fake.open_sink() as sink,
+        fake.open_reader() as reader,
+        fake.open_source(
+            topics=topics, group_id="g", assignment=[(t, 0) for t in topics]
+        ) as source,
+    ):
+        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+        assert service.forwarder is not None
+        await service.forwarder.aclose()
+        service.forwarder = owner
+        service.app = build_app(
+            service.state, dataclasses.replace(service.http_config, forwarder=owner), service.gate
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: service.run(trio.Event(), serve_http=False))
+            while not service.state.serving():
+                await trio.sleep(0.01)
+            transport = httpx.ASGITransport(app=service.app)
+            async with httpx.AsyncClient(base_url="http://replica-0", transport=transport) as http:
+                yield http, service
+            nursery.cancel_scope.cancel()
+
+
+def _op(scope: str, op_id: str) -> dict[str, Any]:
+    return {"scope": scope, "op_id": op_id, "keys": ["k"], "timeout_ms": 60_000}
+
+
+async def test_a_request_for_another_replicas_scope_is_forwarded_as_it_came(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    owner = _Owner()
+    async with replica_0(owner) as (http, _service):
+        answer = await http.get(
+            "/v1/operation/wait", params={"scope": REMOTE, "op_id": "o", "timeout_ms": "5000"}
+        )
+        assert (answer.status_code, answer.json()) == (200, {"from": "owner"})
+        [sent] = owner.sent
+        assert sent["url"] == "http://replica-1:8080" and sent["path"] == "/v1/operation/wait"
+        assert "timeout_ms=5000" in sent["query"] and f"scope={REMOTE}" in sent["query"]
+        created = await http.post("/v1/operations", json=_op(REMOTE, "r"))
+        assert created.status_code == 200 and owner.sent[-1]["body"] == _op(REMOTE, "r")
+        # The local scope is answered here: nothing more is forwarded.
+        mine = await http.post("/v1/operations", json=_op(LOCAL, "l"))
+        assert mine.status_code == 201 and len(owner.sent) == 2
+
+
+async def test_a_forwarded_request_is_never_forwarded_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    owner = _Owner()
+    async with replica_0(owner) as (http, _service):
+        answer = await http.get(
+            "/v1/operation", params={"scope": REMOTE, "op_id": "o"}, headers={FORWARDED_BY: "1"}
+        )
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert owner.sent == []
+
+
+async def test_a_batch_is_split_by_owner_and_the_local_part_applied_here(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    owner = _Owner()
+    async with replica_0(owner) as (http, service):
+        ops = [_op(LOCAL, "a"), _op(REMOTE, "b"), _op(LOCAL, "c"), _op(REMOTE, "d")]
+        results = (await http.post("/v1/operations:batch", json={"operations": ops})).json()
+        assert [r["op_id"] for r in results["results"]] == ["a", "b", "c", "d"]  # in order
+        assert owner.sent[0]["body"] == {"operations": [ops[1], ops[3]]}
+        assert service.state.lookup(LOCAL, "a") is not None
+        signals = [{"scope": s, "key": "k"} for s in (LOCAL, REMOTE, REMOTE)]
+        answer = (await http.post("/v1/signals", json={"signals": signals})).json()
+        assert owner.sent[1]["body"] == {"signals": signals[1:]}
+        assert answer == {"accepted": 3, "completed": 2 + 7}  # a and c here, 7 there
+
+
+async def test_a_batch_whose_owner_refuses_its_part_applies_nothing_here(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    owner = _Owner(status=503)
+    async with replica_0(owner) as (http, service):
+        await http.post("/v1/operations", json=_op(LOCAL, "a"))
+        signals = [{"scope": LOCAL, "key": "k"}, {"scope": REMOTE, "key": "k"}]
+        answer = await http.post("/v1/signals", json={"signals": signals})
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        found = service.state.lookup(LOCAL, "a")
+        assert found is not None and found[1] is None  # the local signal was not applied

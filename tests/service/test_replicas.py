@@ -1,0 +1,86 @@
+"""Two replicas on the real broker, ordinal mode: any replica answers for any scope."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from purgatory.client import AsyncPurgatoryClient
+from purgatory.service._app import run_service
+from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._partitioning import partition_for
+from purgatory.service._settings import Settings
+from tests.service.test_e2e import PARTITIONS, _consume, _settings
+
+pytestmark = pytest.mark.kafka
+
+
+@asynccontextmanager
+async def two_replicas(
+    broker: EmbeddedBroker,
+) -> AsyncIterator[tuple[Settings, list[AsyncPurgatoryClient]]]:
+    """Replica 0 owns partition 0, replica 1 partition 1; each knows the other's URL."""
+    shared = _settings(broker)
+    ports = [free_port(), free_port()]
+    peers = tuple(f"http://127.0.0.1:{port}" for port in ports)
+    replicas: list[Settings] = [
+        dataclasses.replace(
+            shared,
+            http_port=ports[ordinal],
+            peer_urls=peers,
+            replica_ordinal=ordinal,
+            kafka_static_partitions=(ordinal,),
+        )
+        for ordinal in range(2)
+    ]
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for settings in replicas:
+            with trio.fail_after(30):
+                await nursery.start(
+                    lambda task_status, s=settings: run_service(
+                        s, stop=stop, task_status=task_status
+                    )
+                )
+        async with (
+            AsyncPurgatoryClient(peers[0], timeout_s=10) as first,
+            AsyncPurgatoryClient(peers[1], timeout_s=10) as second,
+        ):
+            yield shared, [first, second]
+        stop.set()
+
+
+async def test_any_replica_reads_and_writes_any_scope_and_each_gets_one_outcome(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    scopes = [f"run-{i}" for i in range(40)]
+    assert {partition_for(s, PARTITIONS) for s in scopes} == {0, 1}
+    async with two_replicas(kafka_broker) as (settings, clients):
+        for i, scope in enumerate(scopes):
+            writer, reader = clients[i % 2], clients[(i + 1) % 2]
+            created = await writer.register(
+                scope=scope, op_id="barrier", keys=["a", "b"], timeout_ms=600_000
+            )
+            assert created["status"] == "pending"
+            found = await reader.get(scope, "barrier")  # the other replica knows it too
+            assert found["status"] == "pending" and found["keys"] == ["a", "b"]
+        # One batch per replica, each naming scopes of both partitions.
+        for client, key in zip(clients, ("a", "b"), strict=True):
+            answer = await client.signals([{"scope": s, "key": key} for s in scopes])
+            assert answer["accepted"] == len(scopes)
+        assert answer["completed"] == len(scopes)  # the second key completes every barrier
+        for i, scope in enumerate(scopes):
+            waited = await clients[i % 2].wait(scope, "barrier", timeout_ms=10_000)
+            assert waited["status"] == "completed"
+            listed = await clients[(i + 1) % 2].pending(scope)
+            assert listed["operations"] == []
+    # Read one more than expected: a second outcome for any scope would show.
+    callbacks = await trio.to_thread.run_sync(
+        lambda: _consume(kafka_broker, settings.topic_callbacks, 41, timeout_s=3)
+    )
+    assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # exactly one each
+    assert all(c["partition"] == partition_for(c["scope"], PARTITIONS) for c in callbacks)
