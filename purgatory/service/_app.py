@@ -185,6 +185,7 @@ class Service:
             resend=self.outbox.put,
         )
         self.restores: dict[int, Progress] = {}
+        self.source.on_revoke(self._hand_over)
         self.owners: StaticOwners | None = None
         self.forwarder: Forwarder | None = None
         if settings.peer_urls is not None and settings.replica_ordinal is not None:
@@ -293,6 +294,27 @@ class Service:
         topics = (self.settings.topic_requests, self.settings.topic_signals)
         held = {p for t, p in self.source.assignment() if t in topics}
         return held <= self.state.serving()
+
+    async def _hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
+        """A rebalance takes partitions away: stop applying them, wait until everything they
+        journaled is durable and everything they decided is delivered, and write their
+        delivered marks, so their next owner restores all of it and re-sends nothing."""
+        topics = (self.settings.topic_requests, self.settings.topic_signals)
+        taken_partitions = {p for t, p in taken if t in topics}
+        partitions = sorted(taken_partitions & self.state.serving())
+        for partition in taken_partitions:  # a restore under way is not served when it ends
+            self.state.drop(partition, keep_acked=partition in partitions)
+            self.restores.pop(partition, None)
+        done = False
+        with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
+            await self.gate.durable()
+            if self.changelog is not None and not self.outbox.closed:
+                await self.outbox.acknowledged()
+                await self.changelog.mark_delivered(partitions)
+            done = True
+        for partition in partitions:
+            self.state.forget_acked(partition)
+        _log.info("partitions_handed_over", partitions=partitions, complete=done)
 
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,8 +36,11 @@ from purgatory.service._kafka_config import (
     KafkaClientConfig,
     raising_single_errors,
 )
+from purgatory.service._logging import get_logger
 
 __all__ = ["KafkaSource", "StartPosition", "open_kafka_source"]
+
+_log = get_logger()
 
 StartPosition = Literal["earliest", "committed"]
 _POLL_TIMEOUT_MS = 100
@@ -92,6 +95,7 @@ class _HoldNewPartitions(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
         self._thread.forget(revoked)
+        self._thread.hand_over(revoked)
 
     def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
         new = [tp for tp in assigned if tp not in self._seen]
@@ -134,6 +138,8 @@ class _ConsumerThread:
         self.assigned: frozenset[tuple[str, int]] = frozenset()
         self.held: frozenset[tuple[str, int]] = frozenset()
         self.partition_counts: dict[str, int] = {}
+        self.on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
 
     async def run(
         self,
@@ -141,6 +147,8 @@ class _ConsumerThread:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        self._token = trio.lowlevel.current_trio_token()  # rebalance callbacks may come from
+        # kafka-python's own threads, which trio did not create
         with send:  # closed when the thread ends, so the reader sees the end of the source
             await trio.to_thread.run_sync(
                 self._main, send, task_status, limiter=trio.CapacityLimiter(1)
@@ -164,6 +172,20 @@ class _ConsumerThread:
             consumer.pause(*new)
             self._held.update(new)
         self._publish_held()
+
+    def hand_over(self, revoked: Collection[Any]) -> None:
+        """The group takes ``revoked`` away: before the rebalance goes on (and another member
+        is given them), let the service stop applying them and make what it decided durable."""
+        handler = self.on_revoke
+        if handler is None or not revoked:
+            return
+        partitions = frozenset((tp.topic, tp.partition) for tp in revoked)
+        try:
+            trio.from_thread.run(handler, partitions, trio_token=self._token)
+        except Exception as exc:  # the run is ending, or the hand-over failed: say so, go on
+            _log.warning(
+                "partitions_hand_over_failed", partitions=sorted(partitions), error=repr(exc)
+            )
 
     def forget(self, revoked: Collection[Any]) -> None:
         self._reading.difference_update(revoked)
@@ -403,6 +425,13 @@ class KafkaSource:
     def held(self) -> frozenset[tuple[str, int]]:
         """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""
         return self._thread.held
+
+    def on_revoke(
+        self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
+    ) -> None:
+        """Call ``handler`` (in trio) with the partitions a group rebalance takes away, and
+        wait for it before the rebalance goes on (with ``hold=True``, in group mode)."""
+        self._thread.on_revoke = handler
 
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has (read when the consumer connected).

@@ -94,7 +94,7 @@ class _Ref:
     fallback: OutRecord | None = None  # the same dead letter without the value
 
 
-_Entry = Outcome | _Ref | dict[tuple[str, int], int]
+_Entry = Outcome | _Ref | dict[tuple[str, int], int] | trio.Event  # an Event: a barrier
 
 
 class Outbox:
@@ -155,7 +155,7 @@ class Outbox:
         self._closed = False
         self._closing = trio.Event()
         self._in_flight_send, self._in_flight_receive = trio.open_memory_channel[
-            tuple[Delivery, list[_Ref], dict[tuple[str, int], int]]
+            tuple[Delivery, list[_Ref], dict[tuple[str, int], int], list[trio.Event]]
         ](_IN_FLIGHT_CHUNKS)
         self._in_flight = 0
         self._delivered = 0
@@ -214,6 +214,14 @@ class Outbox:
             self._queue.append(dict(offsets))
             self._wakeup.set()
 
+    async def acknowledged(self) -> None:
+        """Return once everything queued so far is acknowledged (or settled)."""
+        self._check_open()
+        barrier = trio.Event()
+        self._queue.append(barrier)
+        self._wakeup.set()
+        await barrier.wait()
+
     async def wait_for_room(self) -> None:
         """Wait while more than ``capacity`` records are queued (back-pressure for producers)."""
         while self._queued_records > self._capacity and not self._closed:
@@ -227,6 +235,11 @@ class Outbox:
         self._closing.set()
         self._wakeup.set()
         self._room.set()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (no more puts)."""
+        return self._closed
 
     def statistics(self) -> OutboxStatistics:
         """A frozen record of the outbox's counts."""
@@ -273,7 +286,7 @@ class Outbox:
         while queue and records < self._chunk:
             entry = queue.popleft()
             chunk.append(entry)
-            records += not isinstance(entry, dict)
+            records += not isinstance(entry, dict | trio.Event)
         self._queued_records -= records
         if self._queued_records <= self._capacity:
             self._room.set()
@@ -284,10 +297,14 @@ class Outbox:
         refs: list[_Ref] = []
         records: list[OutRecord] = []
         offsets: dict[tuple[str, int], int] = {}
+        barriers: list[trio.Event] = []
         oversized: list[tuple[_Ref, SendFailure]] = []
         for entry in chunk:
             if isinstance(entry, dict):
                 offsets.update(entry)
+                continue
+            if isinstance(entry, trio.Event):
+                barriers.append(entry)
                 continue
             if isinstance(entry, Outcome):
                 topic = entry.reply_to or self._callbacks_topic
@@ -303,13 +320,17 @@ class Outbox:
             records.append(ref.record)
         self._in_flight += len(refs) + len(oversized)
         delivery = await self._sink.send_batch(records)
-        await self._in_flight_send.send((delivery, refs, offsets))
-        for ref, failure in oversized:  # settled after the chunk, in the acknowledger's order
-            await self._in_flight_send.send((_Settled([failure]), [ref], {}))
+        if oversized:
+            await self._in_flight_send.send((delivery, refs, offsets, []))
+            for ref, failure in oversized:  # settled after the chunk, in the acknowledger's order
+                await self._in_flight_send.send((_Settled([failure]), [ref], {}, []))
+            await self._in_flight_send.send((_Settled([]), [], {}, barriers))
+        else:
+            await self._in_flight_send.send((delivery, refs, offsets, barriers))
 
     async def _run_acknowledger(self) -> None:
         async with self._in_flight_receive:
-            async for delivery, refs, offsets in self._in_flight_receive:
+            async for delivery, refs, offsets, barriers in self._in_flight_receive:
                 results = await delivery.results()
                 for ref, failure in zip(refs, results, strict=True):
                     if failure is None:
@@ -320,6 +341,8 @@ class Outbox:
                 if offsets:
                     self._pending_commit.update(offsets)
                     self._commit_wakeup.set()
+                for barrier in barriers:
+                    barrier.set()
         self._acknowledged_all = True
         self._commit_wakeup.set()
 

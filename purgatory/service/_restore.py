@@ -324,6 +324,9 @@ async def _take(
         positions, resend, acked = restored.positions, restored.resend, restored.acked
     else:
         status.seconds = 0.0
+    if not any((t, partition) in source.assignment() for t in input_topics):
+        _log.info("partition_taken_while_restoring", partition=partition)
+        return  # taken away meanwhile: its next owner restores it
     now = clock.now_ms()
     late = engine.resume(now)
     state.serve(partition, engine, acked=acked, positions=positions)

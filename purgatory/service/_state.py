@@ -178,13 +178,24 @@ class ServiceState:
         self._acked[partition] = acked
         self._wake_now()
 
-    def drop(self, partition: int) -> None:
-        """Stop serving ``partition`` (it was revoked); its engine is forgotten."""
+    def drop(self, partition: int, *, keep_acked: bool = False) -> None:
+        """Stop serving ``partition`` (it was revoked); its engine is forgotten.
+
+        Args:
+            keep_acked: go on following its delivered outcomes (while it is handed over) until
+                :meth:`forget_acked`.
+        """
         self._restoring.discard(partition)
         self._engines.pop(partition, None)
-        self._acked.pop(partition, None)
+        if not keep_acked:
+            self._acked.pop(partition, None)
         for tp in [tp for tp in self._positions if tp[1] == partition]:
             del self._positions[tp]
+
+    def forget_acked(self, partition: int) -> None:
+        """Stop following ``partition``'s delivered outcomes (unless it is served again)."""
+        if partition not in self._engines:
+            self._acked.pop(partition, None)
 
     def expects(self, topic: str, partition: int, offset: int) -> bool:
         """Whether a consumed record is to be applied: its partition is served here and the

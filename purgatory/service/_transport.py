@@ -15,7 +15,7 @@ exist, an authorization failure).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -105,6 +105,13 @@ class RecordSource(Protocol):
 
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has (known once the source is open)."""
+        ...
+
+    def on_revoke(
+        self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
+    ) -> None:
+        """Have ``handler`` called with the partitions taken away, before they go to another
+        member (the service stops applying them and makes its journal durable)."""
         ...
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:

@@ -20,7 +20,7 @@ the kafka-python source does), and the reader reads a partition to its end (the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -118,6 +118,7 @@ class FakeSource:
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[tuple[str, int]] = set(assigned)
+        self._on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         broker = self._broker
@@ -144,6 +145,18 @@ class FakeSource:
 
     def partition_count(self, topic: str) -> int:
         return len(self._broker.topics[topic])
+
+    def on_revoke(
+        self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
+    ) -> None:
+        self._on_revoke = handler
+
+    async def revoke(self, partitions: set[tuple[str, int]]) -> None:
+        """A group rebalance takes ``partitions`` away (after the service handed them over)."""
+        if self._on_revoke is not None:
+            await self._on_revoke(frozenset(partitions))
+        self._assigned[:] = [tp for tp in self._assigned if tp not in partitions]
+        self.paused -= partitions
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         for tp, position in positions.items():

@@ -702,3 +702,54 @@ async def test_a_long_poll_on_a_restoring_partition_answers_503_with_retry_after
 
     await _with_http(broker, during, reader=reader, wait_serving=False)
     assert statuses == [503]
+
+
+async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_applied(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    fake = FakeTransport(broker)
+    topics = [REQUESTS, SIGNALS]
+    scope = next(
+        f"h{i}" for i in range(100) if broker.partition_for(REQUESTS, f"h{i}".encode()) == 1
+    )
+    async with (
+        fake.open_sink() as sink,
+        fake.open_reader() as reader,
+        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
+    ):
+        service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: service.run(stop, serve_http=False))
+            while 1 not in service.state.serving():
+                await trio.sleep(0.01)
+            broker.stall = trio.Event()  # the journal's acknowledgement is held back
+            for i in range(5):
+                _register(broker, scope, f"op{i}", ["k"], timeout_ms=600_000)
+            await trio.sleep(0.1)  # applied, journaled, not yet acknowledged
+            assert service.changelog is not None
+            assert service.changelog.statistics().pending_entries > 0
+            handed = trio.Event()
+
+            async def rebalance() -> None:
+                await source.revoke({(REQUESTS, 1), (SIGNALS, 1)})
+                handed.set()
+
+            nursery.start_soon(rebalance)
+            await trio.sleep(1)
+            assert not handed.is_set()  # the hand-over waits for the journal
+            assert 1 not in service.state.serving()  # and applies nothing more meanwhile
+            broker.stall.set()
+            await handed.wait()
+            assert service.changelog.statistics().pending_entries == 0
+            _register(broker, scope, "after", ["k"], timeout_ms=600_000)  # not ours any more
+            await trio.sleep(0.5)
+            stop.set()
+    journaled = {
+        entry[2][0]
+        for doc in _journal(broker, 1)
+        for entry in doc["entries"]
+        if entry[0] == "register"
+    }
+    assert journaled == {f"op{i}" for i in range(5)}  # all of them, and not "after"

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import trio
 
+from purgatory._codec import SignalRecord, encode_signal
 from purgatory.client import AsyncPurgatoryClient
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
-from tests.service.test_e2e import PARTITIONS, _settings
+from tests.service.test_e2e import PARTITIONS, _consume, _settings, produce, register
 
 pytestmark = pytest.mark.kafka
 
@@ -63,3 +64,58 @@ async def test_a_restarted_group_member_restores_its_partitions_before_serving_t
     assert {partition_for(s, PARTITIONS) for s in scopes} == set(range(PARTITIONS))
     await _serving(settings, register)
     await _serving(settings, complete)
+
+
+async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
+    first = dataclasses.replace(shared, http_port=free_port())
+    second = dataclasses.replace(shared, http_port=free_port())
+    scopes = [f"m{i}" for i in range(20)]
+    assert {partition_for(s, PARTITIONS) for s in scopes} == set(range(PARTITIONS))
+
+    async def kafka(topic: str, values: list[tuple[str, bytes]]) -> None:
+        await produce(kafka_broker, [(topic, scope.encode(), value) for scope, value in values])
+
+    stop_first, stop_second = trio.Event(), trio.Event()
+    async with trio.open_nursery() as nursery:
+        for settings, stop in ((first, stop_first), (second, stop_second)):
+            with trio.fail_after(60):
+                await nursery.start(
+                    lambda task_status, s=settings, e=stop: run_service(
+                        s, stop=e, task_status=task_status
+                    )
+                )
+        await kafka(
+            shared.topic_requests,
+            [(s, register("op", s, ("a", "b"), timeout_ms=600_000)) for s in scopes],
+        )
+        await kafka(
+            shared.topic_signals, [(s, encode_signal(SignalRecord(s, "a"))) for s in scopes]
+        )
+        # Both members applied their share (the first key of every barrier is remembered):
+        # stop the second one; the group gives its partitions to the first, which restores them.
+        with trio.fail_after(60):
+            while True:
+                found = await trio.to_thread.run_sync(
+                    lambda: _consume(kafka_broker, shared.topic_changelog, 1, timeout_s=1)
+                )
+                if found:
+                    break
+        await trio.sleep(2)
+        stop_second.set()
+        await kafka(
+            shared.topic_signals, [(s, encode_signal(SignalRecord(s, "b"))) for s in scopes]
+        )
+        await trio.to_thread.run_sync(
+            lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes), timeout_s=45)
+        )
+        stop_first.set()
+    # Read one more than expected: a second outcome for any scope would show.
+    callbacks = await trio.to_thread.run_sync(
+        lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes) + 1, timeout_s=2)
+    )
+    assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # one each, none lost
+    assert {c["outcome"] for c in callbacks} == {"completed"}
+    assert all(c["keys"] == ["a", "b"] for c in callbacks)  # "a" survived the move
