@@ -111,6 +111,8 @@ def kafka_transport(settings: Settings) -> KafkaTransport:
         linger_ms=settings.kafka_linger_ms,
         max_request_bytes=settings.max_record_bytes + 4096,
         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+        advertised_url=settings.advertised_url,
+        group_instance_id=settings.kafka_group_instance_id,
     )
 
 
@@ -200,6 +202,8 @@ class Service:
                     f" {settings.kafka_static_partitions}"
                 )
             self.forwarder = new_forwarder(me=str(settings.replica_ordinal))
+        elif settings.advertised_url is not None and settings.kafka_static_partitions is None:
+            self.forwarder = new_forwarder(me=settings.advertised_url)
         self.reaper = Reaper(
             self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
         )
@@ -226,7 +230,7 @@ class Service:
             observe=self.metrics.http_request,
             count_registration=self.metrics.registration,
             forwarder=self.forwarder,
-            owner_url=self.owners.url_of if self.owners is not None else lambda _p: None,
+            owner_url=self._owner_url,
         )
         self.app = build_app(self.state, self.http_config, self.gate)
 
@@ -315,6 +319,13 @@ class Service:
         for partition in partitions:
             self.state.forget_acked(partition)
         _log.info("partitions_handed_over", partitions=partitions, complete=done)
+
+    def _owner_url(self, partition: int) -> str | None:
+        """Where to forward a request for ``partition`` (None: nowhere)."""
+        if self.owners is not None:
+            return self.owners.url_of(partition)
+        url = self.source.owner_urls().get(partition)
+        return None if url is None or url == self.settings.advertised_url else url.rstrip("/")
 
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)

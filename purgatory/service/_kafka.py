@@ -38,12 +38,16 @@ class KafkaTransport:
         linger_ms: how long the producer waits to fill a batch.
         max_request_bytes: the largest record the producer sends.
         fetch_max_wait_ms: how long the broker may hold a fetch with no new data.
+        advertised_url: this replica's URL, shared with the group (group mode).
+        group_instance_id: static group membership.
     """
 
     config: KafkaClientConfig
     linger_ms: int = 0
     max_request_bytes: int = 1_048_576
     fetch_max_wait_ms: int = 10
+    advertised_url: str | None = None
+    group_instance_id: str | None = None
 
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
@@ -57,6 +61,8 @@ class KafkaTransport:
             assignment=assignment,
             fetch_max_wait_ms=self.fetch_max_wait_ms,
             hold=True,
+            advertised_url=self.advertised_url,
+            group_instance_id=self.group_instance_id,
         )
 
     def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:

@@ -31,6 +31,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, T
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
+from purgatory.service._kafka_assignor import CoPartitionedAssignor
 from purgatory.service._kafka_config import (
     ConsumedRecord,
     KafkaClientConfig,
@@ -388,10 +389,12 @@ class KafkaSource:
         receive: trio.MemoryReceiveChannel[list[ConsumedRecord]],
         thread: _ConsumerThread,
         group_id: str | None,
+        assignor: CoPartitionedAssignor | None = None,
     ) -> None:
         self.receive = receive
         self._thread = thread
         self._group_id = group_id
+        self._assignor = assignor
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit ``{(topic, partition): next offset to read}`` for the group and wait for it.
@@ -425,6 +428,11 @@ class KafkaSource:
     def held(self) -> frozenset[tuple[str, int]]:
         """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""
         return self._thread.held
+
+    def owner_urls(self) -> dict[int, str]:
+        """``{partition: owner's URL}`` as the group shared it at the last rebalance (empty
+        with an explicit assignment)."""
+        return self._assignor.owners() if self._assignor is not None else {}
 
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
@@ -465,6 +473,8 @@ async def open_kafka_source(
     connect_timeout_ms: int = 30_000,
     fetch_max_wait_ms: int = 10,
     hold: bool = False,
+    advertised_url: str | None = None,
+    group_instance_id: str | None = None,
 ) -> AsyncIterator[KafkaSource]:
     """Consume ``topics`` in a dedicated thread; yield a ``KafkaSource`` while it runs.
 
@@ -483,6 +493,10 @@ async def open_kafka_source(
         fetch_max_wait_ms: how long the broker may hold a fetch that has no data yet.
         hold: pause every partition when it is assigned, until :meth:`KafkaSource.resume`
             (the service restores a partition's state before it reads its inputs).
+        advertised_url: with a group: this member's URL, shared with the group by the
+            co-partitioned assignor (:mod:`purgatory.service._kafka_assignor`), which is used
+            whenever ``hold`` is set.
+        group_instance_id: static membership (KIP-345) in the group.
 
     Raises:
         UsageError: inconsistent arguments (the message names the argument).
@@ -514,6 +528,12 @@ async def open_kafka_source(
         "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
         "bootstrap_timeout_ms": connect_timeout_ms,
     }
+    assignor = None
+    if assignment is None and hold:
+        assignor = CoPartitionedAssignor(advertised_url)
+        kwargs["partition_assignment_strategy"] = [assignor]
+    if group_instance_id is not None:
+        kwargs["group_instance_id"] = group_instance_id
     partitions = None if assignment is None else [TopicPartition(t, p) for t, p in assignment]
     thread = _ConsumerThread(kwargs, list(topics), partitions, start, max_batch, hold=hold)
     send, receive = trio.open_memory_channel[list[ConsumedRecord]](_CHANNEL_BATCHES)
@@ -521,7 +541,7 @@ async def open_kafka_source(
         async with trio.open_nursery() as nursery:
             await nursery.start(thread.run, send)
             try:
-                yield KafkaSource(receive, thread, group_id)
+                yield KafkaSource(receive, thread, group_id, assignor)
             finally:
                 thread.stop()
                 receive.close()

@@ -309,6 +309,19 @@ class Settings:
     replica_ordinal: int | None = _setting(
         None, _Int(0, 9_999), "This replica's index in PURGATORY_PEER_URLS (its pod ordinal)."
     )
+    advertised_url: str | None = _setting(
+        None,
+        _Text(_BASE_URL, "an http(s) URL"),
+        "This replica's base URL as the other replicas reach it (group mode): the group shares"
+        " every owner's URL, and a request for a scope another replica owns is forwarded to it;"
+        " unset: this replica neither forwards nor takes forwarded requests by URL.",
+    )
+    kafka_group_instance_id: str | None = _setting(
+        None,
+        _WORD,
+        "Static group membership (group mode): a stable id per replica (the pod name) keeps its"
+        " partitions across a restart within the session timeout, without a rebalance.",
+    )
     topic_requests: str = _setting(
         "purgatory.requests", _TOPIC_NAME, "Topic of registrations and cancels (key = scope)."
     )

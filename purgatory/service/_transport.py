@@ -107,6 +107,10 @@ class RecordSource(Protocol):
         """How many partitions ``topic`` has (known once the source is open)."""
         ...
 
+    def owner_urls(self) -> dict[int, str]:
+        """Where each partition's owner answers, as the group shared it (group mode)."""
+        ...
+
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
     ) -> None:

@@ -43,6 +43,8 @@ MANAGED = {
     "kafka_static_partitions",
     "peer_urls",
     "replica_ordinal",
+    "advertised_url",
+    "kafka_group_instance_id",
 }
 # Defaults the chart changes on purpose: to listen beyond loopback, to find a Kafka Service, and
 # to refuse operations (429) before the memory limit kills the pod with all its state.
@@ -247,7 +249,9 @@ def _environment(values: dict[str, Any] | None, secrets: Path) -> dict[str, str]
     for source in container.get("envFrom", []):
         environ.update(configmaps[source["configMapRef"]["name"]])
     for item in container.get("env", []):
-        if "value" not in item:
+        if "fieldRef" in item.get("valueFrom", {}):
+            environ[item["name"]] = "10.1.2.3"  # the downward API's stand-in (the pod IP)
+        elif "value" not in item:
             environ[item["name"]] = "from-a-secret"
         elif item["name"].endswith("_FILE"):
             stand_in = secrets / item["name"]
@@ -255,6 +259,11 @@ def _environment(values: dict[str, Any] | None, secrets: Path) -> dict[str, str]
             environ[item["name"]] = str(stand_in)
         else:
             environ[item["name"]] = item["value"]
+    for name, value in environ.items():  # Kubernetes expands $(NAME) of earlier entries
+        expanded = value
+        for ref, seen in environ.items():
+            expanded = expanded.replace(f"$({ref})", seen)
+        environ[name] = expanded
     if "command" in container:
         partitions = configmaps.get(f"{FULLNAME}-partitions", {})
         if partitions:
@@ -268,7 +277,9 @@ def test_every_variable_the_chart_sets_is_a_setting_the_service_accepts(
 ) -> None:
     environ = _environment(values, tmp_path)
     known = set(Settings.env_names())
-    assert set(environ) <= known, set(environ) - known
+    ours = {name for name in environ if name.startswith("PURGATORY_")}
+    assert ours <= known, ours - known
+    assert set(environ) - ours <= {"POD_IP"}  # the only other variable: for the URL below
     objects = manifests(values)
     for _, spec in pod_specs(objects):
         for container in containers(spec):
@@ -280,8 +291,11 @@ def test_every_variable_the_chart_sets_is_a_setting_the_service_accepts(
     settings = Settings.from_env(environ)
     assert settings.http_host == "0.0.0.0"
     given = values or {}
-    if given.get("partitionAssignment", {}).get("mode") == "ordinal" and given["replicaCount"]:
+    ordinal = given.get("partitionAssignment", {}).get("mode") == "ordinal"
+    if ordinal and given["replicaCount"]:
         assert settings.kafka_static_partitions is not None
+    if not ordinal:  # group mode: the group shares each member's address, the pod's IP
+        assert settings.advertised_url == f"http://10.1.2.3:{settings.http_port}"
 
 
 def test_config_values_reach_the_service_unchanged(tmp_path: Path) -> None:

@@ -118,6 +118,7 @@ class FakeSource:
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[tuple[str, int]] = set(assigned)
+        self.owners: dict[int, str] = {}  # as a group would share them
         self._on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
@@ -145,6 +146,9 @@ class FakeSource:
 
     def partition_count(self, topic: str) -> int:
         return len(self._broker.topics[topic])
+
+    def owner_urls(self) -> dict[int, str]:
+        return dict(self.owners)
 
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None

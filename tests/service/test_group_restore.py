@@ -119,3 +119,49 @@ async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
     assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # one each, none lost
     assert {c["outcome"] for c in callbacks} == {"completed"}
     assert all(c["keys"] == ["a", "b"] for c in callbacks)  # "a" survived the move
+
+
+async def test_any_member_of_a_group_answers_for_any_scope(kafka_broker: EmbeddedBroker) -> None:
+    shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
+    ports = [free_port(), free_port()]
+    members = [
+        dataclasses.replace(
+            shared,
+            http_port=port,
+            advertised_url=f"http://127.0.0.1:{port}",
+            kafka_group_instance_id=f"member-{index}",
+        )
+        for index, port in enumerate(ports)
+    ]
+    scopes = [f"any{i}" for i in range(20)]
+    assert {partition_for(s, PARTITIONS) for s in scopes} == set(range(PARTITIONS))
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for settings in members:
+            with trio.fail_after(60):
+                await nursery.start(
+                    lambda task_status, s=settings: run_service(
+                        s, stop=stop, task_status=task_status
+                    )
+                )
+        async with (
+            AsyncPurgatoryClient(f"http://127.0.0.1:{ports[0]}", timeout_s=30) as first,
+            AsyncPurgatoryClient(f"http://127.0.0.1:{ports[1]}", timeout_s=30) as second,
+        ):
+            for i, scope in enumerate(scopes):
+                writer, reader = (first, second) if i % 2 else (second, first)
+                created = await writer.register(
+                    scope=scope, op_id="op", keys=["k"], timeout_ms=600_000
+                )
+                assert created["status"] == "pending"
+                assert (await reader.get(scope, "op"))["status"] == "pending"
+            answer = await first.signals([{"scope": s, "key": "k"} for s in scopes])
+            assert answer == {"accepted": len(scopes), "completed": len(scopes)}
+        await trio.to_thread.run_sync(
+            lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes), timeout_s=30)
+        )
+        stop.set()
+    callbacks = await trio.to_thread.run_sync(
+        lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes) + 1, timeout_s=2)
+    )
+    assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # one each

@@ -89,6 +89,11 @@ spec:
         - configMapRef:
             name: {{ include "purgatory.fullname" . }}
       {{- $env := list }}
+      {{- if not (include "purgatory.ordinal" .) }}
+      {{- /* Group mode: the group shares each member's address, so any pod forwards a request to the pod owning the scope's partition. */}}
+      {{- $env = append $env (dict "name" "POD_IP" "valueFrom" (dict "fieldRef" (dict "fieldPath" "status.podIP"))) }}
+      {{- $env = append $env (dict "name" "PURGATORY_ADVERTISED_URL" "value" (printf "http://$(POD_IP):%d" (int .Values.config.http_port))) }}
+      {{- end }}
       {{- if and .Values.kafka.sasl.existingSecret .Values.kafka.sasl.usernameKey }}
       {{- $env = append $env (dict "name" "PURGATORY_KAFKA_SASL_USERNAME" "valueFrom" (dict "secretKeyRef" (dict "name" .Values.kafka.sasl.existingSecret "key" .Values.kafka.sasl.usernameKey))) }}
       {{- end }}
