@@ -5,16 +5,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
 
+from purgatory._codec import CancelRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import AsyncPurgatoryClient
 from purgatory.service._app import run_service
 from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
-from tests.service.test_e2e import PARTITIONS, _consume, _settings
+from tests.service.test_e2e import PARTITIONS, _consume, _settings, produce, register
 
 pytestmark = pytest.mark.kafka
 
@@ -84,3 +86,79 @@ async def test_any_replica_reads_and_writes_any_scope_and_each_gets_one_outcome(
     )
     assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # exactly one each
     assert all(c["partition"] == partition_for(c["scope"], PARTITIONS) for c in callbacks)
+
+
+async def _run_workload(broker: EmbeddedBroker, replicas: int) -> list[tuple[Any, ...]]:
+    """The same Kafka workload through ``replicas`` service replicas (ordinal mode); the
+    outcomes as (scope, op_id, outcome, keys, partition, sequence), sorted."""
+    shared = _settings(broker)
+    ports = [free_port() for _ in range(replicas)]
+    peers = tuple(f"http://127.0.0.1:{port}" for port in ports)
+    owned = [
+        tuple(p for p in range(PARTITIONS) if p * replicas // PARTITIONS == ordinal)
+        for ordinal in range(replicas)
+    ]
+    scopes = [f"w{i}" for i in range(30)]
+    inputs: list[tuple[str, bytes | None, bytes]] = []
+    for i, scope in enumerate(scopes):
+        keys = ("a", "b") if i % 3 else ("a",)
+        inputs.append(
+            (shared.topic_requests, scope.encode(), register("op", scope, keys, timeout_ms=600_000))
+        )
+        inputs.append(
+            (
+                shared.topic_requests,
+                scope.encode(),
+                register("spare", scope, ("z",), timeout_ms=600_000),
+            )
+        )
+    for scope in scopes:
+        inputs.append(
+            (shared.topic_signals, scope.encode(), encode_signal(SignalRecord(scope, "a")))
+        )
+    for scope in scopes[::2]:
+        inputs.append(
+            (shared.topic_signals, scope.encode(), encode_signal(SignalRecord(scope, "b")))
+        )
+        inputs.append(
+            (shared.topic_requests, scope.encode(), encode_request(CancelRequest("spare", scope)))
+        )
+    expected = len(scopes) - len([i for i in range(1, 30, 2) if i % 3]) + len(scopes[::2])
+    await produce(broker, inputs)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        for ordinal in range(replicas):
+            settings = dataclasses.replace(
+                shared,
+                http_port=ports[ordinal],
+                peer_urls=peers if replicas > 1 else None,
+                replica_ordinal=ordinal if replicas > 1 else None,
+                kafka_static_partitions=owned[ordinal],
+            )
+            with trio.fail_after(30):
+                await nursery.start(
+                    lambda task_status, s=settings: run_service(
+                        s, stop=stop, task_status=task_status
+                    )
+                )
+        await trio.to_thread.run_sync(
+            lambda: _consume(broker, shared.topic_callbacks, expected, timeout_s=30)
+        )
+        stop.set()
+    callbacks = await trio.to_thread.run_sync(
+        lambda: _consume(broker, shared.topic_callbacks, expected + 1, timeout_s=2)
+    )
+    assert len(callbacks) == expected
+    return sorted(
+        (c["scope"], c["op_id"], c["outcome"], tuple(c["keys"]), c["partition"], c["sequence"])
+        for c in callbacks
+    )
+
+
+async def test_the_same_workload_decides_the_same_outcomes_with_one_and_two_replicas(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    one = await _run_workload(kafka_broker, 1)
+    two = await _run_workload(kafka_broker, 2)
+    assert one == two  # the same outcomes, each partition's sequence included
+    assert {o[2] for o in one} == {"completed", "cancelled"}
