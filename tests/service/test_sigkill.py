@@ -66,9 +66,6 @@ LONG_MS = 120_000  # barriers meant to complete: their deadline is far beyond th
 READY_BOUND_S = 30.0
 KILLS = 5
 SNAPSHOT_INTERVAL_MS = 1_000
-# An expiry due shortly before a kill may not be journaled yet when the kill lands: it is then
-# decided again at the restart, late. Seen: none before the kill (2 cores, idle otherwise).
-LATE_SLACK_MS = 1_000
 
 
 def _wall_ms() -> int:
@@ -733,7 +730,9 @@ def _check(
         doc = cb.doc
         assert doc["outcome"] == "expired" and doc["late"] is True, doc
         assert doc["outcome_ms"] == doc["deadline_ms"], doc
-    # ... and late is only ever seen for deadlines around a restart.
+    # ... and late is only ever seen for an operation a kill caught pending: registered before
+    # the kill, due by the time the restart was ready. (How long before the kill its deadline
+    # may be depends on how far the reaper lagged on a loaded machine: not checked here.)
     windows = [
         (killed, ready_ms) for (killed, _), (ready_ms, _) in zip(downs, readies[1:], strict=True)
     ]
@@ -741,7 +740,7 @@ def _check(
         doc = cb.doc
         assert doc["outcome"] == "expired", doc
         assert any(
-            doc["registered_ms"] < killed and killed - LATE_SLACK_MS <= doc["deadline_ms"] <= ready
+            doc["registered_ms"] < killed and doc["deadline_ms"] <= ready
             for killed, ready in windows
         ), (doc, windows)
     # Each start is ready in a bounded time.
