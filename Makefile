@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench bench-spark bench-restore install clean
+.PHONY: demo check test bench bench-spark bench-restore bench-scale install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: $(STAMP)
 ## (about 4 minutes); writes docs/bench-restore.json.
 bench-restore: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_restore --out docs
+
+## One service process against two that own disjoint partitions, and the cost of a forward
+## (about 4 minutes); writes docs/bench-scale.json.
+bench-scale: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_scale --out docs
 
 ## The Spark bridge through the real broker and the service; writes docs/bench-spark.json.
 bench-spark: $(STAMP)
