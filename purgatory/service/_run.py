@@ -10,6 +10,7 @@ needs to try the API within a minute, with nothing else installed.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal as signals
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import trio
 
 from purgatory.service._app import kafka_transport, run_service, topics_of
@@ -84,9 +86,8 @@ def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) ->
 async def _snapshot_until_stopped(settings: Settings) -> None:
     transport = kafka_transport(settings)
     async with transport.open_reader() as reader, transport.open_sink() as sink:
-        partitions = settings.kafka_static_partitions or range(
-            await reader.partition_count(settings.topic_changelog)
-        )
+        static = settings.kafka_static_partitions
+        partitions = static or range(await reader.partition_count(settings.topic_changelog))
         snapshotter = Snapshotter(
             reader,
             sink,
@@ -96,6 +97,8 @@ async def _snapshot_until_stopped(settings: Settings) -> None:
             partitions=sorted(partitions),
             interval_ms=settings.snapshot_interval_ms or 60_000,
             max_record_bytes=settings.max_record_bytes,
+            # In group mode the partitions move: follow those the service beside holds.
+            wanted=None if static else functools.partial(_held_by_service, settings),
         )
         with trio.open_signal_receiver(signals.SIGTERM, signals.SIGINT) as received:
             async with trio.open_nursery() as nursery:
@@ -103,6 +106,21 @@ async def _snapshot_until_stopped(settings: Settings) -> None:
                 async for _ in received:
                     nursery.cancel_scope.cancel()
                     break
+
+
+async def _held_by_service(settings: Settings) -> list[int] | None:
+    """The partitions the service beside this snapshotter holds (from its ``/readyz``), or None
+    when it cannot say (starting, stopping)."""
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            answer = await client.get(f"http://{host}:{settings.http_port}/readyz")
+        partitions = answer.json().get("partitions")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(partitions, dict) or not partitions:
+        return None  # none held (a rebalance under way): keep the standbys until it settles
+    return sorted(int(p) for p in partitions if str(p).isdigit())
 
 
 def _env_value(value: object) -> str:

@@ -17,7 +17,7 @@ snapshots (each complete and checked on its own).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -69,6 +69,8 @@ class Snapshotter:
         interval_ms: how often a partition whose journal grew is snapshotted.
         max_record_bytes: the largest record the broker takes (chunks stay under it).
         tail_every_s: how often the journal is read for what is new.
+        wanted: asked before each look: the partitions to keep now (None: no change); the
+            standby then follows the serving replica's partitions as they move.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Snapshotter:
         interval_ms: int,
         max_record_bytes: int,
         tail_every_s: float = 1.0,
+        wanted: Callable[[], Awaitable[Iterable[int] | None]] | None = None,
     ) -> None:
         self._reader = reader
         self._sink = sink
@@ -93,47 +96,63 @@ class Snapshotter:
         self._interval_s = interval_ms / 1000
         self._max_record_bytes = max_record_bytes
         self._tail_every_s = tail_every_s
+        self._wanted = wanted
         self._standby: dict[int, _Standby] = {}
         self.written: list[SnapshotStatistics] = []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Restore every partition, then tail and snapshot until cancelled."""
-        for partition in self._partitions:
-            progress = Progress(partition)
-            restored = await restore_partition(
-                self._reader,
-                topic=self._changelog,
-                snapshots_topic=self._snapshots,
-                partition=partition,
-                config=self._config,
-                journal=None,
-                progress=progress,
-            )
-            replayer = Replayer(
-                restored.engine,
-                positions=restored.positions,
-                acked=restored.acked,
-                progress=progress,
-                keep_resend=False,
-            )
-            standby = _Standby(partition, replayer, restored.journal_end)
-            if not progress.records:  # nothing journaled since the last snapshot (or at all)
-                standby.snapshot_at = restored.journal_end
-            self._standby[partition] = standby
-            _log.info(
-                "standby_restored",
-                partition=partition,
-                journal_end=restored.journal_end,
-                pending=restored.engine.statistics().pending,
-            )
+        await self.follow(self._partitions)
         task_status.started()
         next_snapshot = trio.current_time() + self._interval_s
         while True:
             await trio.sleep(self._tail_every_s)
+            if self._wanted is not None:
+                wanted = await self._wanted()
+                if wanted is not None:
+                    await self.follow(wanted)
             await self.tail()
             if trio.current_time() >= next_snapshot:
                 await self.snapshot_all()
                 next_snapshot = trio.current_time() + self._interval_s
+
+    async def follow(self, partitions: Iterable[int]) -> None:
+        """Keep a standby of exactly ``partitions``: restore the new ones, drop the others."""
+        wanted = set(partitions)
+        for partition in sorted(set(self._standby) - wanted):
+            del self._standby[partition]
+            _log.info("standby_dropped", partition=partition)
+        for partition in sorted(wanted - set(self._standby)):
+            await self._restore(partition)
+
+    async def _restore(self, partition: int) -> None:
+        progress = Progress(partition)
+        restored = await restore_partition(
+            self._reader,
+            topic=self._changelog,
+            snapshots_topic=self._snapshots,
+            partition=partition,
+            config=self._config,
+            journal=None,
+            progress=progress,
+        )
+        replayer = Replayer(
+            restored.engine,
+            positions=restored.positions,
+            acked=restored.acked,
+            progress=progress,
+            keep_resend=False,
+        )
+        standby = _Standby(partition, replayer, restored.journal_end)
+        if not progress.records:  # nothing journaled since the last snapshot (or at all)
+            standby.snapshot_at = restored.journal_end
+        self._standby[partition] = standby
+        _log.info(
+            "standby_restored",
+            partition=partition,
+            journal_end=restored.journal_end,
+            pending=restored.engine.statistics().pending,
+        )
 
     async def tail(self) -> None:
         """Replay what the journal gained since the last look."""

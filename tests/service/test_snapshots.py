@@ -173,3 +173,44 @@ async def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
     fallback = await find_latest(reader, topic=SNAPSHOTS, partition=1)
     assert fallback is not None and fallback.data == b"first snapshot" * 100
     assert await find_latest(reader, topic=SNAPSHOTS, partition=0) is None
+
+
+async def test_a_snapshotter_follows_the_partitions_the_service_beside_it_holds(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    for i in range(20):
+        _register(broker, f"s{i}", f"op{i}", ["k"], timeout_ms=3_600_000)
+    stop = trio.Event()
+    held: list[list[int] | None] = [[0], [0], None, [1]]  # what the service says, look by look
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
+        await trio.sleep(1)  # journaled
+        reader = FakeReader(broker)
+        async with FakeTransport(broker).open_sink() as sink:
+
+            async def wanted() -> list[int] | None:
+                return held.pop(0) if len(held) > 1 else held[0]
+
+            snapshotter = Snapshotter(
+                reader,
+                sink,
+                changelog_topic=CHANGELOG,
+                snapshots_topic=SNAPSHOTS,
+                config=SETTINGS.to_engine_config(),
+                partitions=[0],
+                interval_ms=500,
+                max_record_bytes=4_096,
+                tail_every_s=0.2,
+                wanted=wanted,
+            )
+            async with trio.open_nursery() as inner:
+                inner.start_soon(snapshotter.run)
+                await trio.sleep(3)
+                inner.cancel_scope.cancel()
+        stop.set()
+    order = [s.partition for s in snapshotter.written]
+    assert order[0] == 0 and 1 in order  # partition 0 first, then 1 once the service held it
+    assert 0 not in order[order.index(1) :]  # and 0 no more: its standby was dropped
+    manifests = [r for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY]
+    assert {r.partition for r in manifests} == {0, 1}
