@@ -172,6 +172,7 @@ class Service:
                 topic=settings.topic_changelog,
                 max_record_bytes=settings.max_record_bytes,
                 delivered=self._acked,
+                on_fenced=self._fenced,
             )
             self.gate = self.changelog
         self.state = ServiceState(
@@ -292,6 +293,7 @@ class Service:
             clock=self.clock,
             progress=self.restores,
             commit=self.outbox.put_commit,
+            took=self.changelog.expect if self.changelog is not None else None,
         )
 
     def _caught_up(self) -> bool:
@@ -309,6 +311,8 @@ class Service:
         for partition in taken_partitions:  # a restore under way is not served when it ends
             self.state.drop(partition, keep_acked=partition in partitions)
             self.restores.pop(partition, None)
+            if self.changelog is not None:
+                self.changelog.forget(partition)
         done = False
         with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
             await self.gate.durable()
@@ -327,6 +331,12 @@ class Service:
         url = self.source.owner_urls().get(partition)
         return None if url is None or url == self.settings.advertised_url else url.rstrip("/")
 
+    def _fenced(self, partition: int) -> None:
+        """Another writer wrote to ``partition``'s changelog: stop serving it; the assignment
+        follower restores it again from the changelog (if it is still ours)."""
+        self.state.drop(partition)
+        self.restores.pop(partition, None)
+
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)
 
@@ -334,7 +344,9 @@ class Service:
         if self.changelog is None:
             self.outbox.put(outcomes)
         else:
-            self.changelog.after(functools.partial(self.outbox.put, outcomes))
+            self.changelog.after(
+                functools.partial(self.outbox.put, outcomes), partition=outcomes[0].partition
+            )
 
     def _delivered(self, outcome: Outcome) -> None:
         self.state.delivered(outcome)

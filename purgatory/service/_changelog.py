@@ -22,7 +22,18 @@ A record of the changelog (key ``journal``, value JSON)::
 
 ``delivered`` is the partition's highest outcome sequence whose callback (and every one before
 it) the broker had acknowledged when the record was written; a restore re-sends the outcomes
-after it. An entry too large for a record is refused before the engine applies it
+after it.
+
+One writer per partition, checked at every acknowledgement: the writer knows the offset its
+next record of a partition should get (the end it restored to, then each of its own records).
+A record acknowledged at another offset means someone else wrote to the partition meanwhile (a
+zombie that kept writing after the partition moved, or the new owner seen by a zombie): the
+partition is **fenced**. Nothing its batch decided is released (no callback, no waiter woken),
+and ``on_fenced`` has the service drop the partition and restore it again from the changelog,
+whose order is the truth for every writer: what was released was decided on exactly a prefix of
+it.
+
+An entry too large for a record is refused before the engine applies it
 (:class:`~purgatory._core.SizeLimitError`). A record the broker refuses for good (the topic is
 missing, access is denied) stops the service: nothing it decided is released, and a restart
 replays what was acknowledged.
@@ -79,7 +90,7 @@ class _Part:
 @dataclass
 class _Batch:
     parts: dict[int, _Part] = field(default_factory=dict)
-    releases: list[Callable[[], None]] = field(default_factory=list)
+    releases: list[tuple[int | None, Callable[[], None]]] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
     error: TransportError | None = None
 
@@ -95,6 +106,7 @@ class Changelog:
         topic: the changelog topic (partition p holds input partition p's journal).
         max_record_bytes: the largest record the broker takes.
         delivered: the partition's highest outcome sequence acknowledged on the callbacks topic.
+        on_fenced: called with a partition another writer wrote to (see the module docstring).
     """
 
     def __init__(
@@ -104,11 +116,15 @@ class Changelog:
         topic: str,
         max_record_bytes: int,
         delivered: Callable[[int], int] = lambda _partition: 0,
+        on_fenced: Callable[[int], None] = lambda _partition: None,
     ) -> None:
         self._sink = sink
         self._topic = topic
         self._max_entries_bytes = max_record_bytes - _RECORD_OVERHEAD
         self._delivered = delivered
+        self._on_fenced = on_fenced
+        self._expected: dict[int, int] = {}  # partition -> offset its next record should get
+        self.fenced = 0
         self._sealed: list[_Batch] = []
         self._open = _Batch()
         self._last: _Batch | None = None  # the latest batch that holds anything
@@ -175,16 +191,26 @@ class Changelog:
         """
         batch = _Batch(parts={p: _Part() for p in partitions})
         if batch.parts:
-            await self._write(batch)
+            await self._write(batch)  # fenced or not, a mark releases nothing
 
-    def after(self, release: Callable[[], None]) -> None:
-        """Call ``release`` once everything recorded so far is acknowledged (in order)."""
+    def after(self, release: Callable[[], None], *, partition: int | None = None) -> None:
+        """Call ``release`` once everything recorded so far is acknowledged (in order); not at
+        all if ``partition`` is fenced by that acknowledgement."""
         self._check()
         if self._open.empty() and (self._last is None or self._last.done.is_set()):
             release()  # nothing recorded yet, nothing in flight
             return
-        self._open.releases.append(release)
+        self._open.releases.append((partition, release))
         self._touch()
+
+    def expect(self, partition: int, offset: int) -> None:
+        """This writer takes ``partition`` over at ``offset`` (the end it restored to): its
+        next record there must land at that offset."""
+        self._expected[partition] = offset
+
+    def forget(self, partition: int) -> None:
+        """This writer no longer owns ``partition``."""
+        self._expected.pop(partition, None)
 
     async def durable(self) -> None:
         """Return once everything recorded so far is acknowledged by the broker.
@@ -240,13 +266,16 @@ class Changelog:
                 self._seal()
             batch = self._sealed.pop(0)
             try:
-                await self._write(batch)
+                fenced = await self._write(batch)
             except TransportError as exc:
                 self._fail(batch, exc)
                 raise
             batch.done.set()
-            for release in batch.releases:
-                release()
+            for partition, release in batch.releases:
+                if partition is None or partition not in fenced:
+                    release()
+            for partition in sorted(fenced):
+                self._on_fenced(partition)
 
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         self._failure = error
@@ -255,14 +284,19 @@ class Changelog:
             pending.done.set()
         _log.error("changelog_failed", error=str(error))
 
-    async def _write(self, batch: _Batch) -> None:
-        records = [self._record(p, part) for p, part in sorted(batch.parts.items())]
+    async def _write(self, batch: _Batch) -> set[int]:
+        """Write the batch; returns the partitions another writer wrote to meanwhile."""
+        order = sorted(batch.parts)
+        records = [self._record(p, batch.parts[p]) for p in order]
+        written: list[int | None] = [None] * len(records)
         entries = sum(len(part.entries) for part in batch.parts.values())
         todo = list(range(len(records)))
         attempt = 0
         while todo:
             delivery = await self._sink.send_batch([records[i] for i in todo])
             results = await delivery.results()
+            for i, offset in zip(todo, await delivery.offsets(), strict=True):
+                written[i] = offset
             failed = [(i, f) for i, f in zip(todo, results, strict=True) if f is not None]
             for _i, failure in failed:
                 if not failure.retriable:
@@ -281,6 +315,27 @@ class Changelog:
         self._counts["entries"] += entries
         self._counts["bytes"] += sum(len(r.value) for r in records)
         self._pending_entries -= entries
+        return self._check_offsets(order, written)
+
+    def _check_offsets(self, order: list[int], written: list[int | None]) -> set[int]:
+        fenced: set[int] = set()
+        for partition, offset in zip(order, written, strict=True):
+            expected = self._expected.get(partition)
+            if offset is None or expected is None:
+                continue  # not known (a sink that does not say), or not taken over
+            if offset != expected:
+                fenced.add(partition)
+                del self._expected[partition]
+                self.fenced += 1
+                _log.error(
+                    "partition_fenced",
+                    partition=partition,
+                    expected_offset=expected,
+                    written_offset=offset,
+                )
+            else:
+                self._expected[partition] = offset + 1
+        return fenced
 
     def _record(self, partition: int, part: _Part) -> OutRecord:
         positions = json.dumps(part.positions, ensure_ascii=False, separators=(",", ":"))

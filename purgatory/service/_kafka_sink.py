@@ -54,7 +54,15 @@ class SinkStatistics:
 class KafkaDelivery:
     """The acknowledgements of one batch, filled in by kafka-python's I/O thread."""
 
-    __slots__ = ("_done", "_lock", "_remaining", "_results", "_token", "report_at_flush")
+    __slots__ = (
+        "_done",
+        "_lock",
+        "_offsets",
+        "_remaining",
+        "_results",
+        "_token",
+        "report_at_flush",
+    )
 
     def __init__(
         self, size: int, token: trio.lowlevel.TrioToken, *, report_at_flush: bool = False
@@ -63,6 +71,7 @@ class KafkaDelivery:
         #: callers do not read the delivery)
         self.report_at_flush = report_at_flush
         self._results: list[SendFailure | None] = [None] * size
+        self._offsets: list[int | None] = [None] * size
         self._remaining = size
         self._lock = threading.Lock()
         self._done = trio.Event()
@@ -70,10 +79,11 @@ class KafkaDelivery:
         if not size:
             self._done.set()
 
-    def resolve(self, index: int, failure: SendFailure | None) -> None:
-        """Record the fate of record ``index`` (from any thread)."""
+    def resolve(self, index: int, failure: SendFailure | None, offset: int | None = None) -> None:
+        """Record the fate of record ``index`` (from any thread), and where it was written."""
         with self._lock:
             self._results[index] = failure
+            self._offsets[index] = offset
             self._remaining -= 1
             last = self._remaining == 0
         if last:
@@ -83,6 +93,12 @@ class KafkaDelivery:
         """Wait for every record's acknowledgement; one entry per record, None when acked."""
         await self._done.wait()
         return self._results
+
+    async def offsets(self) -> list[int | None]:
+        """Wait for every acknowledgement; the offset each record was written at (None: not
+        written)."""
+        await self._done.wait()
+        return self._offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +241,11 @@ class _ProducerThread:
             )
         trio.from_thread.run_sync(marker.done.set)
 
-    def _on_ack(self, delivery: KafkaDelivery, index: int, _metadata: Any) -> None:
+    def _on_ack(self, delivery: KafkaDelivery, index: int, metadata: Any) -> None:
         with self._lock:
             self._acked += 1
-        delivery.resolve(index, None)
+        offset = getattr(metadata, "offset", None)
+        delivery.resolve(index, None, offset if isinstance(offset, int) and offset >= 0 else None)
 
     def _on_error(self, delivery: KafkaDelivery, index: int, exc: BaseException) -> None:
         failure = _failure(exc)

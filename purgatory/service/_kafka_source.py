@@ -181,6 +181,7 @@ class _ConsumerThread:
         if handler is None or not revoked:
             return
         partitions = frozenset((tp.topic, tp.partition) for tp in revoked)
+        self.assigned = self.assigned - partitions  # no longer ours, from this moment on
         try:
             trio.from_thread.run(handler, partitions, trio_token=self._token)
         except Exception as exc:  # the run is ending, or the hand-over failed: say so, go on

@@ -518,6 +518,10 @@ class _Settled:
         await trio.lowlevel.checkpoint()
         return self._results
 
+    async def offsets(self) -> list[int | None]:
+        await trio.lowlevel.checkpoint()
+        return [None] * len(self._results)
+
 
 def _backoff_ms(attempt: int) -> int:
     return min(_BACKOFF_MAX_MS, _BACKOFF_FIRST_MS << min(attempt, 16))

@@ -249,15 +249,21 @@ async def follow_assignment(
     clock: Clock,
     progress: dict[int, Progress],
     commit: Callable[[dict[tuple[str, int], int]], None] = lambda _offsets: None,
+    took: Callable[[int, int], None] | None = None,
     poll_s: float = 0.05,
 ) -> None:
     """Serve exactly the input partitions the source holds: restore each one it is given
     (without a ``reader``, start it empty), drop each one taken away. Runs until cancelled.
 
     ``commit`` takes the journaled positions of a restored partition (the outbox's
-    ``put_commit``: the group's offsets then follow the journal, after the re-sent outcomes)."""
+    ``put_commit``: the group's offsets then follow the journal, after the re-sent outcomes).
+    ``took`` is told each partition restored and the changelog offset it was restored to (the
+    journal's writer then checks that its next record lands there). A partition still held but
+    no longer served (fenced: another writer wrote to it) is restored again."""
     known: set[int] = set()
     while True:
+        # Fenced partitions (dropped while still held) are taken again, from the changelog.
+        known &= state.serving() | state.restoring_now()
         held = {p for t, p in source.assignment() if t in input_topics}
         paused = {p for t, p in source.held() if t in input_topics}
         # Taken away; or taken away and given back between two looks (held again: the
@@ -285,6 +291,7 @@ async def follow_assignment(
                         clock=clock,
                         progress=progress,
                         commit=commit,
+                        took=took,
                     )
                 )
         known.update(new)
@@ -303,12 +310,14 @@ async def _take(
     clock: Clock,
     progress: dict[int, Progress],
     commit: Callable[[dict[tuple[str, int], int]], None],
+    took: Callable[[int, int], None] | None,
 ) -> None:
     engine = state.new_engine(partition, start_ms=0)
     status = progress[partition] = Progress(partition)
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
     acked = 0
+    journal_end: int | None = None
     if reader is not None:
         _log.info("partition_restoring", partition=partition)
         restored = await restore_partition(
@@ -322,11 +331,14 @@ async def _take(
         )
         engine = restored.engine
         positions, resend, acked = restored.positions, restored.resend, restored.acked
+        journal_end = restored.journal_end
     else:
         status.seconds = 0.0
     if not any((t, partition) in source.assignment() for t in input_topics):
         _log.info("partition_taken_while_restoring", partition=partition)
         return  # taken away meanwhile: its next owner restores it
+    if took is not None and journal_end is not None:
+        took(partition, journal_end)  # before the resume entry: the first record checked
     now = clock.now_ms()
     late = engine.resume(now)
     state.serve(partition, engine, acked=acked, positions=positions)

@@ -64,6 +64,11 @@ class Delivery(Protocol):
         """
         ...
 
+    async def offsets(self) -> list[int | None]:
+        """Wait like :meth:`results`; the offset each record was written at (None: refused, or
+        not known)."""
+        ...
+
 
 class RecordSink(Protocol):
     """Where records go."""

@@ -83,11 +83,16 @@ class FakeBroker:
 class _Delivery:
     def __init__(self, size: int) -> None:
         self.results_: list[SendFailure | None] = [None] * size
+        self.offsets_: list[int | None] = [None] * size
         self.done = trio.Event()
 
     async def results(self) -> list[SendFailure | None]:
         await self.done.wait()
         return self.results_
+
+    async def offsets(self) -> list[int | None]:
+        await self.done.wait()
+        return self.offsets_
 
 
 class FakeSink:
@@ -157,10 +162,10 @@ class FakeSource:
 
     async def revoke(self, partitions: set[tuple[str, int]]) -> None:
         """A group rebalance takes ``partitions`` away (after the service handed them over)."""
-        if self._on_revoke is not None:
-            await self._on_revoke(frozenset(partitions))
         self._assigned[:] = [tp for tp in self._assigned if tp not in partitions]
         self.paused -= partitions
+        if self._on_revoke is not None:
+            await self._on_revoke(frozenset(partitions))
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         for tp, position in positions.items():
@@ -259,7 +264,10 @@ class FakeTransport:
                 for index, record in enumerate(records):
                     failure = broker.refuse(record)
                     if failure is None:
-                        broker.append(record.topic, record.key, record.value, record.partition)
+                        written = broker.append(
+                            record.topic, record.key, record.value, record.partition
+                        )
+                        delivery.offsets_[index] = written.offset
                     delivery.results_[index] = failure
                     broker.step("ack")
                 delivery.done.set()

@@ -753,3 +753,49 @@ async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_appli
         if entry[0] == "register"
     }
     assert journaled == {f"op{i}" for i in range(5)}  # all of them, and not "after"
+
+
+async def test_a_partition_another_writer_wrote_to_is_fenced_and_restored_from_the_log(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    fake = FakeTransport(broker)
+    topics = [REQUESTS, SIGNALS]
+    scope = next(
+        f"f{i}" for i in range(100) if broker.partition_for(REQUESTS, f"f{i}".encode()) == 0
+    )
+    async with (
+        fake.open_sink() as sink,
+        fake.open_reader() as reader,
+        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
+    ):
+        service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: service.run(stop, serve_http=False))
+            _register(broker, scope, "X", ["k"], timeout_ms=600_000)
+            await trio.sleep(0.5)  # registered and journaled
+            # Another writer (a zombie, or a new owner seen by one) cancels X in the journal.
+            foreign = {
+                "v": 1,
+                "type": "journal",
+                "partition": 0,
+                "entries": [["cancel", EPOCH_MS + 400, scope, "X"]],
+                "positions": {},
+                "delivered": 0,
+            }
+            broker.append(CHANGELOG, b"journal", json.dumps(foreign).encode(), partition=0)
+            _signal(broker, scope, "k")  # this replica completes X, in memory only
+            await trio.sleep(1)
+            assert service.changelog is not None and service.changelog.fenced == 1
+            assert 0 in service.state.serving()  # restored again, from the log
+            found = service.state.lookup(scope, "X")
+            assert found is not None and found[1] is not None
+            assert found[1].outcome.value == "cancelled"  # the log's order decided
+            stop.set()
+    outcomes = {
+        json.loads(r.value or b"")["outcome"]
+        for r in broker.records(CALLBACKS)
+        if json.loads(r.value or b"")["op_id"] == "X"
+    }
+    assert outcomes == {"cancelled"}  # the completion decided on a stale state never left
