@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -28,7 +29,7 @@ from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
 from purgatory.service._transport import OutRecord, SendFailure
 from reaper import Clock
-from tests.service.fake_kafka import FakeBroker, FakeReader, FakeTransport
+from tests.service.fake_kafka import FakeBroker, FakeReader, FakeSource, FakeTransport
 
 EPOCH_MS = 1_763_780_400_000
 PARTITIONS = 2
@@ -704,48 +705,56 @@ async def test_a_long_poll_on_a_restoring_partition_answers_503_with_retry_after
     assert statuses == [503]
 
 
-async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_applied(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    broker = _broker()
+@asynccontextmanager
+async def _running(broker: FakeBroker) -> AsyncIterator[tuple[Service, FakeSource]]:
+    """A service over ``broker`` (Kafka inputs only) while the body runs, then stopped."""
     fake = FakeTransport(broker)
-    topics = [REQUESTS, SIGNALS]
-    scope = next(
-        f"h{i}" for i in range(100) if broker.partition_for(REQUESTS, f"h{i}".encode()) == 1
-    )
     async with (
         fake.open_sink() as sink,
         fake.open_reader() as reader,
-        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
+        fake.open_source(topics=[REQUESTS, SIGNALS], group_id="g", assignment=None) as source,
     ):
         service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: service.run(stop, serve_http=False))
-            while 1 not in service.state.serving():
+            while not service.state.serving():
                 await trio.sleep(0.01)
-            broker.stall = trio.Event()  # the journal's acknowledgement is held back
-            for i in range(5):
-                _register(broker, scope, f"op{i}", ["k"], timeout_ms=600_000)
-            await trio.sleep(0.1)  # applied, journaled, not yet acknowledged
-            assert service.changelog is not None
-            assert service.changelog.statistics().pending_entries > 0
-            handed = trio.Event()
-
-            async def rebalance() -> None:
-                await source.revoke({(REQUESTS, 1), (SIGNALS, 1)})
-                handed.set()
-
-            nursery.start_soon(rebalance)
-            await trio.sleep(1)
-            assert not handed.is_set()  # the hand-over waits for the journal
-            assert 1 not in service.state.serving()  # and applies nothing more meanwhile
-            broker.stall.set()
-            await handed.wait()
-            assert service.changelog.statistics().pending_entries == 0
-            _register(broker, scope, "after", ["k"], timeout_ms=600_000)  # not ours any more
-            await trio.sleep(0.5)
+            yield service, source
             stop.set()
+
+
+async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_applied(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    scope = next(
+        f"h{i}" for i in range(100) if broker.partition_for(REQUESTS, f"h{i}".encode()) == 1
+    )
+    async with _running(broker) as (service, source), trio.open_nursery() as nursery:
+        while 1 not in service.state.serving():
+            await trio.sleep(0.01)
+        broker.stall = trio.Event()  # the journal's acknowledgement is held back
+        for i in range(5):
+            _register(broker, scope, f"op{i}", ["k"], timeout_ms=600_000)
+        await trio.sleep(0.1)  # applied, journaled, not yet acknowledged
+        assert service.changelog is not None
+        assert service.changelog.statistics().pending_entries > 0
+        handed = trio.Event()
+
+        async def rebalance() -> None:
+            await source.revoke({(REQUESTS, 1), (SIGNALS, 1)})
+            handed.set()
+
+        nursery.start_soon(rebalance)
+        await trio.sleep(1)
+        assert not handed.is_set()  # the hand-over waits for the journal
+        assert 1 not in service.state.serving()  # and applies nothing more meanwhile
+        broker.stall.set()
+        await handed.wait()
+        assert service.changelog.statistics().pending_entries == 0
+        _register(broker, scope, "after", ["k"], timeout_ms=600_000)  # not ours any more
+        await trio.sleep(0.5)
     journaled = {
         entry[2][0]
         for doc in _journal(broker, 1)
@@ -759,40 +768,29 @@ async def test_a_partition_another_writer_wrote_to_is_fenced_and_restored_from_t
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     broker = _broker()
-    fake = FakeTransport(broker)
-    topics = [REQUESTS, SIGNALS]
     scope = next(
         f"f{i}" for i in range(100) if broker.partition_for(REQUESTS, f"f{i}".encode()) == 0
     )
-    async with (
-        fake.open_sink() as sink,
-        fake.open_reader() as reader,
-        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
-    ):
-        service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: service.run(stop, serve_http=False))
-            _register(broker, scope, "X", ["k"], timeout_ms=600_000)
-            await trio.sleep(0.5)  # registered and journaled
-            # Another writer (a zombie, or a new owner seen by one) cancels X in the journal.
-            foreign = {
-                "v": 1,
-                "type": "journal",
-                "partition": 0,
-                "entries": [["cancel", EPOCH_MS + 400, scope, "X"]],
-                "positions": {},
-                "delivered": 0,
-            }
-            broker.append(CHANGELOG, b"journal", json.dumps(foreign).encode(), partition=0)
-            _signal(broker, scope, "k")  # this replica completes X, in memory only
-            await trio.sleep(1)
-            assert service.changelog is not None and service.changelog.fenced == 1
-            assert 0 in service.state.serving()  # restored again, from the log
-            found = service.state.lookup(scope, "X")
-            assert found is not None and found[1] is not None
-            assert found[1].outcome.value == "cancelled"  # the log's order decided
-            stop.set()
+    async with _running(broker) as (service, _source):
+        _register(broker, scope, "X", ["k"], timeout_ms=600_000)
+        await trio.sleep(0.5)  # registered and journaled
+        # Another writer (a zombie, or a new owner seen by one) cancels X in the journal.
+        foreign = {
+            "v": 1,
+            "type": "journal",
+            "partition": 0,
+            "entries": [["cancel", EPOCH_MS + 400, scope, "X"]],
+            "positions": {},
+            "delivered": 0,
+        }
+        broker.append(CHANGELOG, b"journal", json.dumps(foreign).encode(), partition=0)
+        _signal(broker, scope, "k")  # this replica completes X, in memory only
+        await trio.sleep(1)
+        assert service.changelog is not None and service.changelog.fenced == 1
+        assert 0 in service.state.serving()  # restored again, from the log
+        found = service.state.lookup(scope, "X")
+        assert found is not None and found[1] is not None
+        assert found[1].outcome.value == "cancelled"  # the log's order decided
     outcomes = {
         json.loads(r.value or b"")["outcome"]
         for r in broker.records(CALLBACKS)
