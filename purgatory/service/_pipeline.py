@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,8 @@ def service_process(
     env: Mapping[str, str] | None = None,
     *,
     partitions: int = _PARTITIONS,
+    static_partitions: Sequence[int] | None = None,
+    port: int | None = None,
     die_with_parent: bool = False,
 ) -> Iterator[ServiceChild]:
     """``purgatory serve`` as a child process, ready; SIGTERM (then a kill) on leaving.
@@ -66,7 +68,9 @@ def service_process(
         bootstrap_servers: the broker.
         log_path: where the service's output goes.
         env: more ``PURGATORY_*`` settings (topic names, ...).
-        partitions: the child owns partitions ``0 .. partitions - 1`` (static assignment).
+        partitions: the child owns partitions ``0 .. partitions - 1`` (static assignment)...
+        static_partitions: ... or exactly these (a replica of several).
+        port: the HTTP port (a free one by default; a replica's peers must know it first).
         die_with_parent: on Linux, the kernel kills the child when this process dies, even by
             SIGKILL; call from the main thread then (see :mod:`purgatory.service._broker`).
 
@@ -74,12 +78,13 @@ def service_process(
         ConfigError: the service exited, or was not ready within 60 s (with its log's tail).
         UsageError: ``die_with_parent`` is set and this is not the main thread.
     """
-    port = free_port()
+    port = port if port is not None else free_port()
+    owned = static_partitions if static_partitions is not None else range(partitions)
     child_env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")},
         **(env or {}),
         "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
-        "PURGATORY_KAFKA_STATIC_PARTITIONS": ",".join(str(p) for p in range(partitions)),
+        "PURGATORY_KAFKA_STATIC_PARTITIONS": ",".join(str(p) for p in owned),
         "PURGATORY_HTTP_HOST": "127.0.0.1",
         "PURGATORY_HTTP_PORT": str(port),
     }

@@ -53,14 +53,12 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -68,10 +66,10 @@ from typing import Any
 import httpx
 
 from purgatory.service._app import topics_of
-from purgatory.service._broker import EmbeddedBroker, free_port, with_pdeathsig
+from purgatory.service._broker import EmbeddedBroker, free_port
 from purgatory.service._owners import range_owner
 from purgatory.service._partitioning import partition_for
-from purgatory.service._pipeline import ServiceChild, _wait_ready
+from purgatory.service._pipeline import service_process
 from purgatory.service._settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 from tests.benchmarks.bench_service import (
@@ -145,40 +143,6 @@ QUICK = ScaleBenchConfig(signals=50_000, rounds=2, forward_requests=1_000)
 # -- replicas -----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _serve(
-    bootstrap_servers: str, log_path: Path, env: Mapping[str, str], port: int
-) -> Iterator[ServiceChild]:
-    """``purgatory serve`` as a child process on ``port``, ready; SIGTERM (then a kill) on
-    leaving. As :func:`purgatory.service._pipeline.service_process`, except that the port is
-    chosen by the caller (the peers' URLs are known before any replica starts) and the static
-    partitions are ``env``'s (service_process sets ``0 .. partitions - 1``)."""
-    child_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")},
-        **env,
-        "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
-        "PURGATORY_HTTP_HOST": "127.0.0.1",
-        "PURGATORY_HTTP_PORT": str(port),
-    }
-    url = f"http://127.0.0.1:{port}"
-    command = with_pdeathsig([sys.executable, "-m", "purgatory.service._cli", "serve"])
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            command, env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-        )
-        try:
-            _wait_ready(proc, url, log_path)
-            yield ServiceChild(url, proc.pid)
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
 class ReplicaProcess(ServiceProcess):
     """One replica in ordinal mode, as a child process: it owns the partitions ``p`` with
     ``p * R // P == ordinal`` (``R = len(peer_urls)``) and listens on ``port``
@@ -228,7 +192,14 @@ class ReplicaProcess(ServiceProcess):
         self.broker.create_topics({t: self.partitions for t in topics_of(self.settings)})
         self._stack = contextlib.ExitStack()
         child = self._stack.enter_context(
-            _serve(self.broker.bootstrap_servers, self.log_path, self.environment(), self.port)
+            service_process(
+                self.broker.bootstrap_servers,
+                self.log_path,
+                self.environment(),
+                static_partitions=self.own,
+                port=self.port,
+                die_with_parent=True,
+            )
         )
         self.url, self._pid = child.url, child.pid
 
