@@ -43,7 +43,7 @@ from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
 from purgatory.service._logging import get_logger
-from purgatory.service._metrics import JournalStatus, Metrics, PartitionStatus
+from purgatory.service._metrics import Metrics, PartitionStatus
 from purgatory.service._openapi import load_openapi
 from purgatory.service._outbox import Outbox
 from purgatory.service._owners import StaticOwners
@@ -140,6 +140,7 @@ class Service:
     def __post_init__(self) -> None:
         settings, clock = self.settings, self.clock
         requests, signals = settings.topic_requests, settings.topic_signals
+        self.input_topics = (requests, signals)
         partitions = self.source.partition_count(requests)
         if self.source.partition_count(signals) != partitions:
             raise UsageError(
@@ -216,7 +217,7 @@ class Service:
             consumer_lag=self.source.lag,
             ready=self.is_ready,
             partitions=self.partition_status,
-            journal=self._journal_status if self.changelog is not None else None,
+            journal=self.changelog.statistics if self.changelog is not None else None,
         )
         self.http_config = HttpConfig(
             limits=limits_of(settings),
@@ -238,10 +239,7 @@ class Service:
     def is_ready(self) -> bool:
         """Serving, holding partitions (a group may not have assigned any yet), and every one
         of them restored."""
-        if not self.ready:
-            return False
-        held = {p for t, p in self.source.assignment() if t == self.settings.topic_requests}
-        return bool(held) and held <= self.state.serving()
+        return self.ready and bool(self._held()) and self._caught_up()
 
     def partition_status(self) -> list[PartitionStatus]:
         """The input partitions held now: served, or restoring (and how far)."""
@@ -274,11 +272,6 @@ class Service:
             },
         }
 
-    def _journal_status(self) -> JournalStatus:
-        assert self.changelog is not None
-        stats = self.changelog.statistics()
-        return JournalStatus(stats.records, stats.entries, stats.bytes, stats.pending_entries)
-
     async def follow_assignment(self) -> None:
         """Restore and serve each input partition the source is given; drop each one taken
         away (runs until cancelled)."""
@@ -289,24 +282,26 @@ class Service:
             self.reader if settings.journal else None,
             changelog_topic=settings.topic_changelog,
             snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
-            input_topics=(settings.topic_requests, settings.topic_signals),
+            input_topics=self.input_topics,
             clock=self.clock,
             progress=self.restores,
             commit=self.outbox.put_commit,
             took=self.changelog.expect if self.changelog is not None else None,
         )
 
+    def _held(self) -> set[int]:
+        """The input partitions the source holds now."""
+        return {p for t, p in self.source.assignment() if t in self.input_topics}
+
     def _caught_up(self) -> bool:
-        topics = (self.settings.topic_requests, self.settings.topic_signals)
-        held = {p for t, p in self.source.assignment() if t in topics}
-        return held <= self.state.serving()
+        """Every input partition held is restored and served."""
+        return self._held() <= self.state.serving()
 
     async def _hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
         """A rebalance takes partitions away: stop applying them, wait until everything they
         journaled is durable and everything they decided is delivered, and write their
         delivered marks, so their next owner restores all of it and re-sends nothing."""
-        topics = (self.settings.topic_requests, self.settings.topic_signals)
-        taken_partitions = {p for t, p in taken if t in topics}
+        taken_partitions = {p for t, p in taken if t in self.input_topics}
         partitions = sorted(taken_partitions & self.state.serving())
         for partition in taken_partitions:  # a restore under way is not served when it ends
             self.state.drop(partition, keep_acked=partition in partitions)

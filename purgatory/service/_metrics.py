@@ -30,6 +30,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
+from purgatory.service._changelog import ChangelogStatistics
 from purgatory.service._logging import get_logger
 from purgatory.service._outbox_stats import OutboxStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
@@ -39,7 +40,6 @@ __all__ = [
     "LATENCY_BUCKETS_S",
     "REGISTRATION_RESULTS",
     "WAIT_BUCKETS_S",
-    "JournalStatus",
     "Metrics",
     "PartitionStatus",
 ]
@@ -93,16 +93,6 @@ class PartitionStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class JournalStatus:
-    """The journal writer's counts (see ``ChangelogStatistics``)."""
-
-    records: int
-    entries: int
-    bytes: int
-    pending_entries: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Sources:
     engine: Callable[[], EngineStatistics]
     executor: Callable[[], ExecutorStatistics]
@@ -111,7 +101,7 @@ class _Sources:
     consumer_lag: Callable[[], dict[tuple[str, int], int]]
     ready: Callable[[], bool]
     partitions: Callable[[], list[PartitionStatus]]
-    journal: Callable[[], JournalStatus] | None
+    journal: Callable[[], ChangelogStatistics] | None
 
 
 # (name, help, value from the record) for each source's gauges.
@@ -399,7 +389,7 @@ class Metrics:
         ready: Callable[[], bool],
         outbox_stats: Callable[[], OutboxStatistics],
         partitions: Callable[[], list[PartitionStatus]] = list,
-        journal: Callable[[], JournalStatus] | None = None,
+        journal: Callable[[], ChangelogStatistics] | None = None,
     ) -> None:
         """Set the callables the gauges are computed from at each scrape (again: replace them).
 

@@ -312,7 +312,6 @@ async def _take(
     commit: Callable[[dict[tuple[str, int], int]], None],
     took: Callable[[int, int], None] | None,
 ) -> None:
-    engine = state.new_engine(partition, start_ms=0)
     status = progress[partition] = Progress(partition)
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
@@ -332,7 +331,8 @@ async def _take(
         engine = restored.engine
         positions, resend, acked = restored.positions, restored.resend, restored.acked
         journal_end = restored.journal_end
-    else:
+    else:  # no journal: the partition starts empty
+        engine = state.new_engine(partition, start_ms=0)
         status.seconds = 0.0
     if not any((t, partition) in source.assignment() for t in input_topics):
         _log.info("partition_taken_while_restoring", partition=partition)

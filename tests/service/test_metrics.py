@@ -10,12 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
+from purgatory.service._changelog import ChangelogStatistics
 from purgatory.service._metrics import (
     DEAD_LETTER_REASONS,
     LATENCY_BUCKETS_S,
     REGISTRATION_RESULTS,
     WAIT_BUCKETS_S,
-    JournalStatus,
     Metrics,
     PartitionStatus,
 )
@@ -99,7 +99,9 @@ class Fakes:
                 PartitionStatus(0, True, 12, 0.5),
                 PartitionStatus(1, False, 3, 0.1),
             ],
-            journal=lambda: JournalStatus(records=4, entries=40, bytes=4_000, pending_entries=2),
+            journal=lambda: ChangelogStatistics(
+                batches=3, records=4, entries=40, bytes=4_000, retries=0, pending_entries=2
+            ),
         )
 
 
