@@ -287,6 +287,7 @@ class Service:
             progress=self.restores,
             commit=self.outbox.put_commit,
             took=self.changelog.expect if self.changelog is not None else None,
+            taken=self.metrics.partition_taken,
         )
 
     def _held(self) -> set[int]:

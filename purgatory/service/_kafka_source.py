@@ -118,8 +118,10 @@ class _ConsumerThread:
         max_batch: int,
         *,
         hold: bool = False,
+        assignor: CoPartitionedAssignor | None = None,
     ) -> None:
         self._hold = hold
+        self._assignor = assignor
         self._kwargs = kwargs
         self._topics = topics
         self._assignment = assignment
@@ -280,6 +282,8 @@ class _ConsumerThread:
                 if records:
                     self._next_offsets[tp] = records[-1].offset + 1
             self._publish(consumer)
+            if self._assignor is not None and self._assignor.take_rejoin():
+                consumer._coordinator.request_rejoin()  # the next poll joins the second round
             if batch and not self._deliver(consumer, send, batch):
                 return
 
@@ -536,7 +540,9 @@ async def open_kafka_source(
     if group_instance_id is not None:
         kwargs["group_instance_id"] = group_instance_id
     partitions = None if assignment is None else [TopicPartition(t, p) for t, p in assignment]
-    thread = _ConsumerThread(kwargs, list(topics), partitions, start, max_batch, hold=hold)
+    thread = _ConsumerThread(
+        kwargs, list(topics), partitions, start, max_batch, hold=hold, assignor=assignor
+    )
     send, receive = trio.open_memory_channel[list[ConsumedRecord]](_CHANNEL_BATCHES)
     with raising_single_errors():
         async with trio.open_nursery() as nursery:

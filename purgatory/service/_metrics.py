@@ -320,6 +320,13 @@ class Metrics:
             registry=r,
         )
         self._signals = Counter("purgatory_signals_total", "Signals applied.", registry=r)
+        self._taken = Counter(
+            "purgatory_partition_restores_total",
+            "Input partitions this replica was given and began to restore, by partition (a"
+            " rebalance moves, and restores, only the partitions that change owner).",
+            ["partition"],
+            registry=r,
+        )
         self._registrations = Counter(
             "purgatory_registrations_total",
             "Registrations, by result: " + ", ".join(REGISTRATION_RESULTS) + ".",
@@ -361,6 +368,7 @@ class Metrics:
             self._callback_errors,
             self._overdue,
             self._signals,
+            self._taken,
             self._registrations,
         )
         self._histograms = (
@@ -473,6 +481,10 @@ class Metrics:
                 if reason not in DEAD_LETTER_REASONS:
                     raise UsageError(f"reason must be one of {', '.join(DEAD_LETTER_REASONS)}")
                 self._dead_lettered.labels(topic=topic, reason=reason)
+
+    def partition_taken(self, partition: int) -> None:
+        """Count a partition this replica was given (its restore begins)."""
+        self._taken.labels(partition=str(partition)).inc()
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""

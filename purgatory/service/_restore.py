@@ -250,6 +250,7 @@ async def follow_assignment(
     progress: dict[int, Progress],
     commit: Callable[[dict[tuple[str, int], int]], None] = lambda _offsets: None,
     took: Callable[[int, int], None] | None = None,
+    taken: Callable[[int], None] = lambda _partition: None,
     poll_s: float = 0.05,
 ) -> None:
     """Serve exactly the input partitions the source holds: restore each one it is given
@@ -258,7 +259,8 @@ async def follow_assignment(
     ``commit`` takes the journaled positions of a restored partition (the outbox's
     ``put_commit``: the group's offsets then follow the journal, after the re-sent outcomes).
     ``took`` is told each partition restored and the changelog offset it was restored to (the
-    journal's writer then checks that its next record lands there). A partition still held but
+    journal's writer then checks that its next record lands there); ``taken`` is told each
+    partition as its restore begins. A partition still held but
     no longer served (fenced: another writer wrote to it) is restored again."""
     known: set[int] = set()
     while True:
@@ -276,6 +278,7 @@ async def follow_assignment(
         new = sorted(held - known)
         for partition in new:
             state.restoring(partition)
+            taken(partition)
         async with trio.open_nursery() as restores:  # in parallel: each mostly waits on I/O
             for partition in new:
                 restores.start_soon(

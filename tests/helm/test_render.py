@@ -315,6 +315,10 @@ def test_ordinal_mode_is_a_statefulset_owning_flink_ranges_of_partitions() -> No
     (statefulset,) = kind(objects, "StatefulSet")
     assert statefulset["spec"]["replicas"] == 3
     assert statefulset["spec"]["serviceName"] == f"{FULLNAME}-headless"
+    # One pod at a time, the old pod N gone before the new pod N starts: one owner per range
+    # through a rollout at a constant count (no maxUnavailable above 1, no surge: StatefulSets
+    # never run two pods of one ordinal).
+    assert statefulset["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
     headless = next(s for s in kind(objects, "Service") if s["spec"].get("clusterIP") == "None")
     assert headless["metadata"]["name"] == f"{FULLNAME}-headless"
     (owned,) = [

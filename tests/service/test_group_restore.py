@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -165,3 +166,79 @@ async def test_any_member_of_a_group_answers_for_any_scope(kafka_broker: Embedde
         lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes) + 1, timeout_s=2)
     )
     assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # one each
+
+
+def _restores(metrics: str) -> dict[int, float]:
+    """``purgatory_partition_restores_total`` by partition, from a /metrics page."""
+    found = {}
+    for line in metrics.splitlines():
+        if line.startswith("purgatory_partition_restores_total{"):
+            labels, value = line.rsplit(" ", 1)
+            found[int(labels.split('partition="')[1].split('"')[0])] = float(value)
+    return found
+
+
+async def test_a_member_that_joins_moves_only_the_partitions_it_takes(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
+    ports = [free_port(), free_port()]
+    members = [
+        dataclasses.replace(
+            shared,
+            http_port=port,
+            advertised_url=f"http://127.0.0.1:{port}",
+            kafka_group_instance_id=f"joiner-{index}",
+        )
+        for index, port in enumerate(ports)
+    ]
+    scopes = [f"j{i}" for i in range(12)]
+    assert {partition_for(s, PARTITIONS) for s in scopes} == {0, 1}
+    stops = [trio.Event(), trio.Event()]
+
+    async def start(index: int) -> None:
+        with trio.fail_after(60):
+            await nursery.start(
+                lambda task_status: run_service(
+                    members[index], stop=stops[index], task_status=task_status
+                )
+            )
+
+    async with (
+        trio.open_nursery() as nursery,
+        httpx.AsyncClient() as http,
+        AsyncPurgatoryClient(f"http://127.0.0.1:{ports[0]}", timeout_s=30) as first,
+    ):
+        await start(0)
+        for scope in scopes:  # the first member alone holds both partitions
+            created = await first.register(
+                scope=scope, op_id="op", keys=["a", "b"], timeout_ms=600_000
+            )
+            assert created["status"] == "pending"
+        await first.signals([{"scope": s, "key": "a"} for s in scopes])
+        await start(1)
+        # Ranked by instance id, the joiner's share is partition 1; partition 0 stays put.
+        with trio.fail_after(60):
+            while True:
+                ready = (await http.get(f"http://127.0.0.1:{ports[1]}/readyz")).json()
+                if ready["ready"] and set(ready["partitions"]) == {"1"}:
+                    break
+                await trio.sleep(0.2)
+        kept = (await http.get(f"http://127.0.0.1:{ports[0]}/readyz")).json()
+        assert set(kept["partitions"]) == {"0"}
+        first_restores = _restores((await http.get(f"http://127.0.0.1:{ports[0]}/metrics")).text)
+        second_restores = _restores((await http.get(f"http://127.0.0.1:{ports[1]}/metrics")).text)
+        assert first_restores == {0: 1.0, 1: 1.0}  # partition 0 was never revoked nor restored
+        assert second_restores == {1: 1.0}
+        answer = await first.signals([{"scope": s, "key": "b"} for s in scopes])
+        assert answer == {"accepted": len(scopes), "completed": len(scopes)}
+        await trio.to_thread.run_sync(
+            lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes), timeout_s=30)
+        )
+        for stop in stops:
+            stop.set()
+    callbacks = await trio.to_thread.run_sync(
+        lambda: _consume(kafka_broker, shared.topic_callbacks, len(scopes) + 1, timeout_s=2)
+    )
+    assert sorted(c["scope"] for c in callbacks) == sorted(scopes)  # one each, none lost
+    assert all(c["keys"] == ["a", "b"] for c in callbacks)  # "a" moved with partition 1

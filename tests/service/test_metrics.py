@@ -132,6 +132,7 @@ def observe_everything(metrics: Metrics) -> None:
     metrics.dead_lettered("purgatory.requests", "invalid")
     metrics.http_request("/v1/signals", "POST", 202, 0.003)
     metrics.reaper_lateness(2)
+    metrics.partition_taken(1)
 
 
 def test_every_name_is_exported_after_one_observation_each() -> None:
@@ -151,7 +152,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 39
+    assert len(metrics.names()) == 40
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
