@@ -24,10 +24,17 @@ payload       ``payload``           JSON text, struct, map, array none
 
 Each row must end with exactly one of a deadline or a timeout. A row that cannot become a valid
 registration fails the task with a ``RowError`` naming the column and showing the row, before
-anything of that task is sent.
+anything of that task is sent: a task encodes every row of its partition before it sends the
+first record. Until then it keeps the encoded records in memory up to ``stage_memory_bytes``
+(64 MiB; record bytes plus about 130 bytes of Python overhead each) and spools the rest to an
+unlinked temporary file in ``stage_dir`` (default: the first of Spark's local directories), so
+memory stays bounded whatever the partition's size (see :mod:`spark_bridge._staging`). Tasks
+that succeeded before another failed have sent their records, and Spark's retry sends them
+again: they are duplicates, as below.
 
 Semantics on the service. Registrations are idempotent: the same ``(scope, op_id)`` with the same
-body is a duplicate, so at-least-once delivery (a retried task) is harmless. A timer (no keys)
+body is a duplicate, so at-least-once delivery (a retried task) is harmless, except for a timer
+written with a relative ``timeout_ms``, which a re-send re-arms from its arrival. A timer (no keys)
 registered again with another deadline is **re-armed**; that is how a streaming job keeps one
 inactivity timer per entity: write ``(op_id = "session/<entity>", deadline = last event +
 gap)`` each micro-batch. With ``watermark=true`` and ``event_time_column`` the sink then
@@ -75,6 +82,7 @@ from purgatory._codec import (
 )
 from purgatory._core import Condition, ConfigError, TimeDomain, UsageError
 from spark_bridge._signals_sink import check_json_type
+from spark_bridge._staging import Staging
 from spark_bridge._writer import (
     KafkaTarget,
     RecordsStreamWriter,
@@ -87,6 +95,7 @@ from spark_bridge._writer import (
     kafka_target,
     probe,
     show_row,
+    staging,
     watermark_policy,
 )
 
@@ -301,12 +310,13 @@ class _Encoder:
 
 def _writer_parts(
     options: Mapping[str, str], schema: StructType, overwrite: bool
-) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder]:
+) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder, Staging]:
     """Check the options, the columns and the broker on the driver; raises naming them."""
     append_only("purgatory-operations", overwrite)
     opts = _parse(options, schema)
+    policy = staging(options)
     probe(opts.target)
-    return opts.target, opts.watermark, _Encoder(opts)
+    return opts.target, opts.watermark, _Encoder(opts), policy
 
 
 class OperationsDataSource(DataSource):
@@ -319,8 +329,9 @@ class OperationsDataSource(DataSource):
     ``payload_column``), the fixed values ``scope``, ``condition``, ``time_domain``,
     ``timeout_ms``, the watermark options ``watermark``, ``event_time_column``,
     ``watermark_delay_ms``, ``watermark_state_path``, and ``max_key_bytes``,
-    ``connect_timeout_ms``, ``delivery_timeout_ms`` and the Kafka client options
-    (``CLIENT_OPTIONS``).
+    ``connect_timeout_ms``, ``delivery_timeout_ms``, the staging options
+    ``stage_memory_bytes`` (64 MiB) and ``stage_dir`` (see the module docstring) and the Kafka
+    client options (``CLIENT_OPTIONS``).
 
     Raises (from ``save()``/``start()``, wrapped by Spark): ConfigError naming the option or
     the column, TransportError naming ``bootstrap_servers``, RowError naming the column.

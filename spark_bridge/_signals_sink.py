@@ -8,11 +8,16 @@ encoded by :func:`purgatory._codec.encode_signal`, with the scope in UTF-8 as th
 Theory of operation. Spark builds the writer on the driver, where the options, the schema and
 the broker are checked, so a wrong option, a missing or mistyped column, or an unreachable broker
 fails the job before any task runs, with a message naming the option or the column. Each task
-then encodes its rows, sends them with one kafka-python producer, flushes, and raises on any
-delivery error, so Spark retries the task (or fails the micro-batch) instead of dropping records.
-A row that cannot become a valid signal (null or empty scope or key, a key over
-``max_key_bytes``, a negative event time, a payload that is not JSON) fails the task with a
-``RowError`` naming the column and the row's values: no silent drops.
+then encodes every row of its partition, and only then sends them with one kafka-python
+producer, flushes, and raises on any delivery error, so Spark retries the task (or fails the
+micro-batch) instead of dropping records. A row that cannot become a valid signal (null or empty
+scope or key, a key over ``max_key_bytes``, a negative event time, a payload that is not JSON)
+fails the task with a ``RowError`` naming the column and the row's values, before anything of
+that task is sent: no silent drops, and no half-sent partition. Until the send, a task keeps its
+encoded records in memory up to ``stage_memory_bytes`` (64 MiB; record bytes plus about 130
+bytes of Python overhead each) and the rest in an unlinked temporary file in ``stage_dir``
+(default: the first of Spark's local directories), so memory stays bounded whatever the
+partition's size (see :mod:`spark_bridge._staging`).
 
 Delivery is at-least-once, and that is enough: a signal is identified by its ``(scope, key)``,
 and it is a fact, not a token, so re-delivering one satisfies nothing new (an operation that it
@@ -62,6 +67,7 @@ from purgatory._codec import (
     message_key,
 )
 from purgatory._core import ConfigError, UsageError
+from spark_bridge._staging import Staging
 from spark_bridge._writer import (
     KafkaTarget,
     RecordsStreamWriter,
@@ -74,6 +80,7 @@ from spark_bridge._writer import (
     kafka_target,
     probe,
     show_row,
+    staging,
     watermark_policy,
 )
 
@@ -204,14 +211,16 @@ class _Encoder:
 
 def _writer_parts(
     options: Mapping[str, str], schema: StructType, overwrite: bool
-) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder]:
+) -> tuple[KafkaTarget, WatermarkPolicy, _Encoder, Staging]:
     """Check the options, the columns and the broker on the driver; raises naming them."""
     append_only("purgatory-signals", overwrite)
     opts = _parse_options(options)
     _check_schema(opts, schema)
+    policy = staging(options)
     kind = None if opts.event_time_column is None else schema[opts.event_time_column].dataType
     probe(opts.target)
-    return opts.target, opts.watermark, _Encoder(opts, isinstance(kind, TimestampNTZType))
+    encoder = _Encoder(opts, isinstance(kind, TimestampNTZType))
+    return opts.target, opts.watermark, encoder, policy
 
 
 class SignalsDataSource(DataSource):
@@ -229,6 +238,10 @@ class SignalsDataSource(DataSource):
             the last marks (default: in a local ``checkpointLocation``).
         max_key_bytes: default 512; connect_timeout_ms: default 10000 (driver check and
             producer bootstrap); delivery_timeout_ms: default 120000.
+        stage_memory_bytes: default 67108864 (64 MiB): a task's encoded records kept in memory
+            until its whole partition is encoded; beyond it they are spooled to a temporary
+            file in ``stage_dir`` (default: the first of ``SPARK_LOCAL_DIRS``, else the
+            system's temporary directory).
         client_id, security_protocol, sasl_mechanism, sasl_username, sasl_password,
             ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password: passed to kafka-python.
 

@@ -11,8 +11,11 @@ record:
 * :func:`send_all` publishes one task's records with one producer, flushes, and raises
   :class:`TransportError` if any record was not acknowledged, so Spark retries the task (or
   fails the micro-batch) instead of dropping records;
+* :func:`write_partition` is a task's work: it encodes (and so checks) every row of its
+  partition first, staged within ``stage_memory_bytes`` (:mod:`spark_bridge._staging`), and
+  sends only then, so a task that fails on a bad row has published nothing;
 * :class:`RecordsWriter` and :class:`RecordsStreamWriter` are the batch and streaming writers
-  of both sinks: each task encodes its rows with the sink's encoder and sends them with
+  of both sinks: each task runs :func:`write_partition` with the sink's encoder and
   :func:`send_all`; ``commit`` publishes the watermarks;
 * :func:`watermark_policy` and :func:`publish_watermarks` implement ``watermark=true``: after a
   batch (in the writer's ``commit``, on the driver, once every task has flushed) one watermark
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import tempfile
@@ -40,6 +44,9 @@ from pyspark.sql.types import Row
 
 from purgatory._codec import RecordError, WatermarkRecord, encode_signal, message_key
 from purgatory._core import ConfigError, TransportError
+from purgatory._kafka_options import OPTIONS as KAFKA_OPTIONS
+from purgatory._kafka_options import kafka_connection_problems
+from spark_bridge._staging import DEFAULT_MEMORY_BYTES, StagedRecords, Staging
 
 __all__ = [
     "CLIENT_OPTIONS",
@@ -48,6 +55,7 @@ __all__ = [
     "RecordsStreamWriter",
     "RecordsWriter",
     "RowError",
+    "Send",
     "TaskReport",
     "WatermarkPolicy",
     "append_only",
@@ -59,7 +67,9 @@ __all__ = [
     "publish_watermarks",
     "send_all",
     "show_row",
+    "staging",
     "watermark_policy",
+    "write_partition",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -79,6 +89,8 @@ CLIENT_OPTIONS = {
 #: A sink's row encoder: row -> (scope, event time or None, message key, value); it raises
 #: RowError naming the column. It is pickled to the executors with the writer.
 Encode = Callable[[Row], tuple[str, int | None, bytes, bytes]]
+#: Publishes a task's encoded ``(key, value)`` records and counts them (:func:`send_all`).
+Send = Callable[[Iterable[tuple[bytes, bytes]]], int]
 # Without a state file, the high marks of this process (see watermark_policy).
 _MARKS_IN_PROCESS: dict[tuple[str, str], dict[str, int]] = {}
 
@@ -152,7 +164,20 @@ def kafka_target(options: Mapping[str, str], default_topic: str) -> KafkaTarget:
 
 
 def client_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The kafka-python arguments set by the :data:`CLIENT_OPTIONS` among ``options``."""
+    """The kafka-python arguments set by the :data:`CLIENT_OPTIONS` among ``options``.
+
+    The connection options are checked first, by the rules the service applies to its own
+    (:func:`purgatory._kafka_options.kafka_connection_problems`; SSL files must be readable
+    here, on the driver).
+
+    Raises:
+        ConfigError: one line per problem, each naming the option.
+    """
+    problems = kafka_connection_problems(
+        {name: options.get(name) for name in KAFKA_OPTIONS}, name="option {}".format
+    )
+    if problems:
+        raise ConfigError("\n".join(problems))
     return tuple((arg, v) for name, arg in CLIENT_OPTIONS.items() if (v := options.get(name)))
 
 
@@ -187,7 +212,6 @@ def send_all(target: KafkaTarget, records: Iterable[tuple[bytes, bytes]]) -> int
 
     Raises:
         TransportError: any record was not acknowledged (the task fails, Spark retries it).
-        RowError: from ``records``, if a row cannot be encoded (nothing is skipped).
     """
     from kafka.errors import KafkaError  # noqa: PLC0415
 
@@ -341,6 +365,48 @@ def _save_marks(target: KafkaTarget, policy: WatermarkPolicy, marks: dict[str, i
         raise
 
 
+def staging(options: Mapping[str, str]) -> Staging:
+    """The staging options of a sink: ``stage_memory_bytes`` and ``stage_dir``.
+
+    Raises:
+        ConfigError: naming the option.
+    """
+    spool_dir = options.get("stage_dir")
+    if spool_dir is not None and not spool_dir.strip():
+        raise ConfigError("option 'stage_dir' must be a directory path, got an empty string")
+    return Staging(
+        memory_bytes=int_option(options, "stage_memory_bytes", DEFAULT_MEMORY_BYTES, 0),
+        spool_dir=None if spool_dir is None else spool_dir.strip(),
+    )
+
+
+def write_partition(rows: Iterable[Row], encode: Encode, send: Send, policy: Staging) -> TaskReport:
+    """One task's write: encode every row of the partition, then send them all.
+
+    Nothing is sent before the last row is encoded, so a bad row anywhere in the partition
+    fails the task with nothing of it published. The encoded records wait in
+    :class:`StagedRecords`: in memory up to ``policy.memory_bytes``, the rest in a spool file.
+    An empty partition sends nothing (and opens no producer).
+
+    Returns:
+        What the task wrote, for the driver's ``commit``.
+
+    Raises:
+        RowError: from ``encode``, naming the column and showing the row; nothing was sent.
+        OSError: the spool file could not be written; nothing was sent.
+        TransportError: from ``send``, a record was not acknowledged.
+    """
+    report = TaskReport()
+    with StagedRecords(policy) as staged:
+        for row in rows:
+            scope, event_time, key, value = encode(row)
+            report.saw(scope, event_time)
+            staged.add(key, value)
+        if len(staged):
+            send(staged)
+    return report
+
+
 def append_only(sink: str, overwrite: bool) -> None:
     """Raises ConfigError if Spark asks ``sink`` to overwrite: the sinks only append."""
     if overwrite:
@@ -350,23 +416,18 @@ def append_only(sink: str, overwrite: bool) -> None:
 class _Records:
     """The task and commit logic of both sinks' batch and streaming writers."""
 
-    def __init__(self, target: KafkaTarget, watermark: WatermarkPolicy, encode: Encode) -> None:
+    def __init__(
+        self, target: KafkaTarget, watermark: WatermarkPolicy, encode: Encode, policy: Staging
+    ) -> None:
         self._target = target
         self._watermark = watermark
         self._encode = encode
+        self._staging = policy
 
     def write(self, iterator: Iterator[Row]) -> TaskReport:
-        """Send this partition's rows, flush, and raise on any delivery error."""
-        encode, report = self._encode, TaskReport()
-
-        def records() -> Iterator[tuple[bytes, bytes]]:
-            for row in iterator:
-                scope, event_time, key, value = encode(row)
-                report.saw(scope, event_time)
-                yield key, value
-
-        send_all(self._target, records())
-        return report
+        """Encode this partition's rows, then send them, flush, and raise on any error."""
+        send = functools.partial(send_all, self._target)
+        return write_partition(iterator, self._encode, send, self._staging)
 
     def _publish_watermarks(self, messages: list[WriterCommitMessage | None]) -> None:
         publish_watermarks(self._target, self._watermark, messages)
@@ -379,7 +440,8 @@ class RecordsWriter(_Records, DataSourceWriter):
         self._publish_watermarks(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: re-sent records are idempotent, and Spark re-runs the write."""
+        """Nothing to undo: a failed task sent nothing; the tasks that succeeded did, and a
+        re-run of the write sends their records again (consumers recognise them: README)."""
 
 
 class RecordsStreamWriter(_Records, DataSourceStreamWriter):
@@ -389,4 +451,5 @@ class RecordsStreamWriter(_Records, DataSourceStreamWriter):
         self._publish_watermarks(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Nothing to undo: the micro-batch is re-run, and re-sent records are idempotent."""
+        """Nothing to undo: a failed task sent nothing; the tasks that succeeded did, and the
+        re-run of the micro-batch sends their records again (consumers recognise them: README)."""

@@ -1,0 +1,123 @@
+"""Bad input in a partition: the sinks' failing task publishes nothing (real Spark and broker).
+
+Each DataFrame has one partition, so one task writes every row, and a bad row at its start, in
+its middle or at its end (with good rows, some of them spooled, before it) fails that task. The
+topic has one partition: after the failed write a sentinel record is produced, and reading up
+to it shows everything the write left on the topic.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+
+from purgatory._codec import SignalRecord, decode_signal
+from tests.spark_bridge._support import failure, writer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from purgatory.service._broker import EmbeddedBroker
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+ROWS = 40
+POSITIONS = {"start": 0, "middle": ROWS // 2, "end": ROWS - 1}
+# Small enough that the rows after the first few are spooled to a file before the bad one.
+BUDGET = {"stage_memory_bytes": "1000"}
+SENTINEL = b"sentinel"
+
+
+@pytest.fixture
+def topic_of_one_partition(kafka_broker: EmbeddedBroker) -> str:
+    name = f"bad-input-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics({name: 1})
+    return name
+
+
+def signals(spark: SparkSession, bad_at: int | None) -> DataFrame:
+    rows = [("s", None if i == bad_at else f"key-{i}") for i in range(ROWS)]
+    return spark.createDataFrame(rows, "scope string, key string").coalesce(1)
+
+
+def operations(spark: SparkSession, bad_at: int) -> DataFrame:
+    rows = [(f"op-{i}", ["ready", None if i == bad_at else f"key-{i}"]) for i in range(ROWS)]
+    return spark.createDataFrame(rows, "op_id string, keys array<string>").coalesce(1)
+
+
+def left_on(servers: str, topic: str, timeout_s: float = 20.0) -> list[bytes]:
+    """The values on ``topic``, read up to a sentinel produced now (one partition: in order)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
+
+    producer = KafkaProducer(bootstrap_servers=servers)
+    try:
+        producer.send(topic, value=SENTINEL).get(timeout=timeout_s)
+    finally:
+        producer.close(timeout=5)
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s  # noqa: TID251 - a bound on a real broker
+        while SENTINEL not in values and time.monotonic() < deadline:  # noqa: TID251
+            for batch in consumer.poll(timeout_ms=200).values():
+                values.extend(record.value for record in batch)
+    finally:
+        consumer.close()
+    assert SENTINEL in values, f"no sentinel on {topic!r} after {values!r}"
+    return values[: values.index(SENTINEL) + 1]
+
+
+@pytest.mark.parametrize("where", list(POSITIONS))
+def test_a_null_key_in_a_partition_of_signals_fails_it_with_nothing_sent(
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str, where: str
+) -> None:
+    servers, topic, bad_at = (
+        kafka_broker.bootstrap_servers,
+        topic_of_one_partition,
+        POSITIONS[where],
+    )
+    df = signals(spark, bad_at)
+    message = failure(writer(df, "purgatory-signals", servers, topic, **BUDGET).save)
+
+    assert "RowError" in message
+    assert "column 'key': must be a non-empty string; row: scope='s', key=None" in message
+    assert left_on(servers, topic) == [SENTINEL]
+
+
+@pytest.mark.parametrize("where", list(POSITIONS))
+def test_a_null_watch_key_in_a_partition_of_operations_fails_it_with_nothing_sent(
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str, where: str
+) -> None:
+    servers, topic, bad_at = (
+        kafka_broker.bootstrap_servers,
+        topic_of_one_partition,
+        POSITIONS[where],
+    )
+    df = operations(spark, bad_at)
+    options = {"scope": "s", "timeout_ms": "60000", **BUDGET}
+    message = failure(writer(df, "purgatory-operations", servers, topic, **options).save)
+
+    assert "RowError" in message
+    assert (
+        f"column 'keys': must be a non-empty string; row: op_id='op-{bad_at}', keys=['ready', None]"
+    ) in message
+    assert left_on(servers, topic) == [SENTINEL]
+
+
+def test_a_good_partition_is_sent_whole_and_in_order_through_the_spool(
+    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str
+) -> None:
+    servers, topic = kafka_broker.bootstrap_servers, topic_of_one_partition
+    writer(signals(spark, None), "purgatory-signals", servers, topic, **BUDGET).save()
+
+    values = left_on(servers, topic)
+    assert values[-1] == SENTINEL
+    assert [decode_signal(v) for v in values[:-1]] == [
+        SignalRecord("s", f"key-{i}") for i in range(ROWS)
+    ]
