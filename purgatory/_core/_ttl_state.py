@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -147,14 +147,21 @@ class TtlState(Generic[K, V]):
 
     Args:
         config: the :class:`TtlConfig`.
+        on_change: called as ``on_change(key, old, new)`` whenever the value stored under a key
+            changes: created (``old`` None), overwritten, or removed (``new`` None) whatever
+            removed it (expiry, cleanup, :meth:`delete`); so an owner can keep totals of what
+            is stored without scanning it. A refresh of ``last_access_ms`` alone is no change.
 
     Raises:
         UsageError: if ``config`` is not a :class:`TtlConfig`.
     """
 
-    def __init__(self, config: TtlConfig) -> None:
+    def __init__(
+        self, config: TtlConfig, *, on_change: Callable[[K, V | None, V | None], None] | None = None
+    ) -> None:
         if not isinstance(config, TtlConfig):
             raise UsageError(f"config must be a TtlConfig, got {type(config).__name__}")
+        self._on_change = on_change
         self._budget = config.cleanup_budget
         self._ttl_ms = config.ttl_ms
         self._refresh_on_read = config.update_type is UpdateType.ON_READ_AND_WRITE
@@ -204,6 +211,30 @@ class TtlState(Generic[K, V]):
         self._sweep(now)
         return result
 
+    def peek(self, key: K) -> V | None:
+        """The value stored under ``key`` (expired or not), or None; not an access: nothing is
+        refreshed, removed or counted."""
+        slot = self._slots.get(key)
+        return None if slot is None else slot.value
+
+    def remove_expired(self, now_ms: int) -> int:
+        """Remove every entry expired at ``now_ms``, whatever the cleanup strategy.
+
+        Under ``TIMERS`` this is :meth:`advance_clock`; under ``INCREMENTAL`` it scans every
+        entry (for rare use: before a decision that must not count expired state).
+
+        Returns:
+            How many entries this call removed.
+        """
+        now = check_ms("now_ms", now_ms)
+        if self._timer is not None:
+            return self.advance_clock(now)
+        due = [slot for slot in self._slots.values() if slot.deadline_ms <= now]
+        for slot in due:
+            self._remove(slot)
+        self._expired_removed += len(due)
+        return len(due)
+
     def delete(self, key: K) -> bool:
         """Remove ``key``, expired or not.
 
@@ -232,9 +263,12 @@ class TtlState(Generic[K, V]):
         if self._timer is None:
             return self._sweep(now)
         due = self._timer.advance_clock(now)
+        on_change = self._on_change
         for task in due:
             assert isinstance(task, _Slot)
             del self._slots[task.key]
+            if on_change is not None:
+                on_change(task.key, task.value, None)
         self._expired_removed += len(due)
         return len(due)
 
@@ -287,16 +321,22 @@ class TtlState(Generic[K, V]):
     def _store(self, key: K, value: V, last_access: int) -> None:
         slot = self._slots.get(key)
         if slot is not None:
-            slot.value = value
+            old, slot.value = slot.value, value
             self._touch(slot, last_access)
+            if self._on_change is not None:
+                self._on_change(key, old, value)
             return
         slot = self._slots[key] = _Slot(key, value, last_access, self._expires_at(last_access))
         if self._timer is not None:
             self._timer.add(slot)
+        if self._on_change is not None:
+            self._on_change(key, None, value)
 
     def _remove(self, slot: _Slot[K, V]) -> None:
         slot.cancel()
         del self._slots[slot.key]
+        if self._on_change is not None:
+            self._on_change(slot.key, slot.value, None)
 
     def _sweep(self, now: int) -> int:
         """Examine up to ``cleanup_budget`` entries round-robin (``INCREMENTAL`` only)."""
@@ -307,6 +347,8 @@ class TtlState(Generic[K, V]):
             key, slot = slots.popitem(last=False)
             if slot.deadline_ms <= now:
                 removed += 1
+                if self._on_change is not None:
+                    self._on_change(key, slot.value, None)
             else:
                 slots[key] = slot
         self._expired_removed += removed

@@ -126,9 +126,11 @@ class PurgatoryClient:
         """Cancel a pending operation."""
         return self._run(call_cancel(scope, op_id))
 
-    def pending(self, scope: str) -> Any:
-        """The pending operations of a scope."""
-        return self._run(call_pending(scope))
+    def pending(self, scope: str, *, limit: int | None = None, cursor: str | None = None) -> Any:
+        """A page of a scope's pending operations, in op_id order: ``{"operations": [...],
+        "next_cursor": ...}``; pass ``next_cursor`` back as ``cursor`` for the next page (it is
+        null after the last one)."""
+        return self._run(call_pending(scope, limit, cursor))
 
     def signal(
         self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None
@@ -210,9 +212,11 @@ class AsyncPurgatoryClient:
         """Cancel a pending operation."""
         return await self._run(call_cancel(scope, op_id))
 
-    async def pending(self, scope: str) -> Any:
-        """The pending operations of a scope."""
-        return await self._run(call_pending(scope))
+    async def pending(
+        self, scope: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Any:
+        """A page of a scope's pending operations (see :meth:`PurgatoryClient.pending`)."""
+        return await self._run(call_pending(scope, limit, cursor))
 
     async def signal(
         self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None

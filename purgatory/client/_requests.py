@@ -108,8 +108,13 @@ def call_cancel(scope: str, op_id: str) -> Call:
     return Call("DELETE", "/v1/operation", {"scope": scope, "op_id": op_id})
 
 
-def call_pending(scope: str) -> Call:
-    return Call("GET", "/v1/operations", {"scope": scope})
+def call_pending(scope: str, limit: int | None = None, cursor: str | None = None) -> Call:
+    query: dict[str, Any] = {"scope": scope}
+    if limit is not None:
+        query["limit"] = limit
+    if cursor is not None:
+        query["cursor"] = cursor
+    return Call("GET", "/v1/operations", query)
 
 
 def call_signals(signals: Iterable[Mapping[str, Any]]) -> Call:

@@ -10,7 +10,8 @@
       each partition it is given                                    metrics), offset commits
 
 Each part is an object with a name on :class:`Service` (``state``, ``changelog``, ``outbox``,
-``executor``, ``reaper``, ``app``), so a test can build the service over any
+``executor``, ``reaper``, ``app``, and ``recent`` and ``overview`` for the operators' page at
+``/ui``), so a test can build the service over any
 :class:`~purgatory.service._transport.Transport` (the in-memory fake included) and drive or
 inspect one part alone.
 
@@ -32,21 +33,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
+from purgatory.service._auth import Authenticator
 from purgatory.service._changelog import Changelog, Gate, NoJournal
 from purgatory.service._forward import Forwarder, new_forwarder
 from purgatory.service._http import HttpConfig, build_app
+from purgatory.service._http_server import server_config
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
 from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics, PartitionStatus
 from purgatory.service._openapi import load_openapi
 from purgatory.service._outbox import Outbox
+from purgatory.service._overview import Overview
 from purgatory.service._owners import StaticOwners
+from purgatory.service._recent import Recent
+from purgatory.service._reply_to import ReplyToPolicy
 from purgatory.service._restore import Progress, follow_assignment
 from purgatory.service._settings import Settings
 from purgatory.service._state import ServiceState
@@ -153,8 +158,9 @@ class Service:
         self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
         self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
         self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
+        self.recent = Recent(clock.now_ms)
         self.outbox = Outbox(
-            self.sink,
+            self.recent.watch(self.sink, settings.topic_dead_letters),
             self.executor,
             clock,
             callbacks_topic=settings.topic_callbacks,
@@ -187,6 +193,10 @@ class Service:
             deliver=self._decided,
             journal_for=self.changelog.journal_for if self.changelog is not None else None,
             resend=self.outbox.put,
+            reply_to=ReplyToPolicy.from_settings(settings),
+            max_pending_per_client=settings.max_pending_per_client,
+            max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
+            max_memory_bytes=settings.max_memory_bytes,
         )
         self.restores: dict[int, Progress] = {}
         self.source.on_revoke(self._hand_over)
@@ -219,12 +229,15 @@ class Service:
             partitions=self.partition_status,
             journal=self.changelog.statistics if self.changelog is not None else None,
         )
+        self.overview = Overview(
+            self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
+        )
         self.http_config = HttpConfig(
             limits=limits_of(settings),
             max_request_bytes=settings.max_request_bytes,
             max_batch=settings.max_batch,
             max_wait_ms=settings.max_wait_ms,
-            api_token=settings.api_token,
+            authenticator=Authenticator(settings.client_tokens()),
             ready=self.is_ready,
             readiness=self.readiness,
             metrics=self.metrics.render,
@@ -233,6 +246,7 @@ class Service:
             count_registration=self.metrics.registration,
             forwarder=self.forwarder,
             owner_url=self._owner_url,
+            overview=self.overview.snapshot,
         )
         self.app = build_app(self.state, self.http_config, self.gate)
 
@@ -346,6 +360,7 @@ class Service:
 
     def _delivered(self, outcome: Outcome) -> None:
         self.state.delivered(outcome)
+        self.recent.outcome(outcome)
 
     def _wake(self, deadline_ms: int) -> None:
         self.reaper.wake_if_earlier(deadline_ms)
@@ -373,10 +388,11 @@ class Service:
                 ``shutdown_grace_ms``.
         """
         settings = self.settings
-        hypercorn = HypercornConfig()
-        hypercorn.bind = [f"{settings.http_host}:{settings.http_port}"]
-        hypercorn.accesslog = None
-        hypercorn.graceful_timeout = settings.shutdown_grace_ms / 1000
+        hypercorn = server_config(
+            f"{settings.http_host}:{settings.http_port}",
+            max_wait_ms=settings.max_wait_ms,
+            graceful_timeout_s=settings.shutdown_grace_ms / 1000,
+        )
         http_stopped = trio.Event()
         outbox_done = trio.Event()
         changelog_done = trio.Event()
@@ -433,6 +449,13 @@ class Service:
                     await trio.sleep(0.01)
                 self.ready = True
                 _log.info("service_ready", http=bound)
+                if not settings.client_tokens():
+                    _log.warning(
+                        "api_open",
+                        http=bound,
+                        detail="no API token is set: anyone who reaches these addresses can"
+                        " register and cancel any operation",
+                    )
                 task_status.started(bound)
                 await stop.wait()
                 self.ready = False

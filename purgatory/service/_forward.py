@@ -24,7 +24,7 @@ _log = get_logger()
 
 FORWARDED_BY = "x-purgatory-forwarded-by"
 _PASSED_HEADERS = ("authorization", "content-type")
-_ANSWER_HEADERS = ("content-type", "retry-after")
+_ANSWER_HEADERS = ("content-type", "retry-after", "allow", "www-authenticate")
 
 
 class Forwarded:

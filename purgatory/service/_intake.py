@@ -2,7 +2,9 @@
 
 Each consumed batch is applied record by record through the one state machine (the outcomes it
 decides go, through the journal, to the outbox). A record that does not decode, breaks a limit or
-that the state refuses is queued as a dead letter with the reason, in the same order. After the
+that the state refuses is queued as a dead letter with the reason, in the same order (a limit,
+the memory budget included, is named in the reason and as the field; the records of the input
+topics are the client ``kafka`` for the quotas of :mod:`purgatory.service._quotas`). After the
 batch, the input positions it reached are journaled with its entries, and a commit marker with
 its offsets follows everything it caused: the outbox commits them only once the journal and all
 of it are acknowledged. The intake never waits for a commit: it waits only for room in the
@@ -24,12 +26,13 @@ from purgatory._codec import (
     decode_requests_record,
     decode_signal,
 )
-from purgatory._core import SizeLimitError, UsageError
+from purgatory._core import LimitError, SizeLimitError, UsageError
 from purgatory.service._changelog import Gate, NoJournal
 from purgatory.service._kafka_config import ConsumedRecord
 from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics
 from purgatory.service._outbox import Outbox
+from purgatory.service._quotas import KAFKA_CLIENT
 from purgatory.service._state import ServiceState
 from purgatory.service._transport import RecordSource
 
@@ -101,12 +104,15 @@ def _apply(
     if record.key is not None and scope is not None and record.key != scope.encode():
         return ("key: the message key must be the record's scope", "key", "invalid")
     try:
-        state.apply(item)  # type: ignore[arg-type]
+        state.apply(item, client=KAFKA_CLIENT)  # type: ignore[arg-type]
+    except RecordError as exc:  # well-formed, but a field the state refuses (a reply_to)
+        return (str(exc), exc.field, "invalid")
     except SizeLimitError as exc:  # the callback would outgrow its record: bad input
         return (str(exc), exc.field, "invalid")
     except UsageError as exc:  # a conflict, a limit, a deadline out of range
         _log.warning("record_refused", topic=record.topic, offset=record.offset, error=str(exc))
-        return (str(exc), None, "refused")
+        # A limit's field names it (max_memory_bytes, ...): the dead letter says which.
+        return (str(exc), exc.field if isinstance(exc, LimitError) else None, "refused")
     return None
 
 

@@ -5,6 +5,20 @@ arguments, so the source, the sink and any admin client connect the same way (SS
 arguments are passed only when set). ``ConsumedRecord`` is the plain value that crosses from a
 consumer thread into trio; nothing from kafka-python leaks past this boundary.
 ``raising_single_errors`` keeps the clients' internal nurseries out of their callers' way.
+
+The connection settings are validated by one function,
+:func:`purgatory._kafka_options.kafka_connection_problems` (beside the core, because the Spark
+bridge shares it and may not import the service): ``Settings`` calls it naming the
+``PURGATORY_KAFKA_*`` variables, ``KafkaClientConfig`` naming its own fields.
+
+No client the service builds creates a topic: a metadata request for a topic that does not exist
+would make a broker with ``auto.create.topics.enable`` create it, so a typo in a ``reply_to``
+would leave a topic (and a metrics series) behind. Every client merges
+:func:`no_topic_creation` into its arguments. kafka-python 3.0.12 documents
+``allow_auto_create_topics`` for its producer and consumer but never hands it to the cluster
+metadata that builds the metadata requests (``KafkaConnectionManager`` constructs
+``ClusterMetadata`` without it, so ``allow_auto_topic_creation`` stays true), hence the
+``kafka_client`` factory beside it, which sets it there.
 """
 
 from __future__ import annotations
@@ -15,11 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from purgatory._core import ConfigError
+from purgatory._kafka_options import OPTIONS, kafka_connection_problems
 
-__all__ = ["ConsumedRecord", "KafkaClientConfig", "raising_single_errors"]
-
-_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
-_SASL_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"})
+__all__ = ["ConsumedRecord", "KafkaClientConfig", "no_topic_creation", "raising_single_errors"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +66,9 @@ class KafkaClientConfig:
         ssl_keyfile: client key (mutual TLS).
 
     Raises:
-        ConfigError: a setting is missing or invalid; the message names it.
+        ConfigError: a setting is missing or invalid; the message names it (the rules of
+            ``purgatory._kafka_options``; the files are checked by ``Settings``, where their
+            paths are read).
     """
 
     bootstrap_servers: str
@@ -68,38 +82,13 @@ class KafkaClientConfig:
     ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
-        servers = self.servers()
-        if not servers or any(":" not in server for server in servers):
-            raise ConfigError(
-                f"bootstrap_servers must be a comma-separated host:port list, "
-                f"got {self.bootstrap_servers!r}"
-            )
+        problems = kafka_connection_problems(
+            {option: getattr(self, option) for option in OPTIONS}, name=str, check_files=False
+        )
         if not self.client_id:
-            raise ConfigError("client_id must not be empty")
-        if self.security_protocol not in _SECURITY_PROTOCOLS:
-            raise ConfigError(
-                f"security_protocol must be one of {sorted(_SECURITY_PROTOCOLS)}, "
-                f"got {self.security_protocol!r}"
-            )
-        uses_sasl = self.security_protocol.startswith("SASL_")
-        if uses_sasl and self.sasl_mechanism is None:
-            raise ConfigError(f"sasl_mechanism is required with {self.security_protocol}")
-        if self.sasl_mechanism is not None:
-            if not uses_sasl:
-                raise ConfigError(
-                    "sasl_mechanism is set but security_protocol is "
-                    f"{self.security_protocol!r} (use SASL_PLAINTEXT or SASL_SSL)"
-                )
-            if self.sasl_mechanism not in _SASL_MECHANISMS:
-                raise ConfigError(
-                    f"sasl_mechanism must be one of {sorted(_SASL_MECHANISMS)}, "
-                    f"got {self.sasl_mechanism!r}"
-                )
-            for name in ("sasl_username", "sasl_password"):
-                if not getattr(self, name):
-                    raise ConfigError(f"{name} is required with sasl_mechanism")
-        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
-            raise ConfigError("ssl_certfile and ssl_keyfile must be set together")
+            problems.append("client_id: must not be empty")
+        if problems:
+            raise ConfigError("\n".join(problems))
 
     def servers(self) -> list[str]:
         """The bootstrap servers as a list, blanks dropped."""
@@ -125,6 +114,33 @@ class KafkaClientConfig:
             if value is not None:
                 kwargs[name] = value
         return kwargs
+
+
+def no_topic_creation(*, admin: bool = False) -> dict[str, Any]:
+    """Keyword arguments that keep a kafka-python client from creating topics.
+
+    Merge them into every producer's, consumer's and admin client's arguments: a metadata
+    request then asks the broker not to create the topics it names
+    (``allow_auto_topic_creation=false``), whatever the broker's ``auto.create.topics.enable``.
+
+    Args:
+        admin: for a ``KafkaAdminClient``, which refuses ``allow_auto_create_topics`` (only the
+            network client's factory then).
+    """
+    if admin:
+        return {"kafka_client": _net_client}
+    return {"allow_auto_create_topics": False, "kafka_client": _net_client}
+
+
+def _net_client(**configs: Any) -> Any:
+    """kafka-python's network client whose metadata requests never ask for a topic to be
+    created (kafka-python 3.0.12 leaves ``allow_auto_create_topics`` true there whatever the
+    client was given; see the module's docstring)."""
+    from kafka.net.compat import KafkaNetClient  # noqa: PLC0415 (kafka-python only where used)
+
+    client = KafkaNetClient(**configs)
+    client.cluster.config["allow_auto_create_topics"] = False
+    return client
 
 
 @contextmanager

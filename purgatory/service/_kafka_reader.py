@@ -19,7 +19,11 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError
-from purgatory.service._kafka_config import ConsumedRecord, KafkaClientConfig
+from purgatory.service._kafka_config import (
+    ConsumedRecord,
+    KafkaClientConfig,
+    no_topic_creation,
+)
 
 __all__ = ["KafkaLogReader", "open_kafka_reader"]
 
@@ -91,6 +95,7 @@ class KafkaLogReader:
 
     def _consumer(self) -> Any:
         kwargs = self._config.kafka_kwargs() | {
+            **no_topic_creation(),
             "group_id": None,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",

@@ -11,7 +11,10 @@ every record, one by one: a record the broker refuses (too large, unknown topic)
 A record whose topic has no metadata makes ``producer.send`` block for ``max_block_ms``; the
 other records of that topic in the same hand-over then fail at once as retriable (the caller
 retries them), so a missing topic cannot stall the thread once per record, and records of other
-topics are not affected.
+topics are not affected. No client of the service creates topics, so a topic that does not exist
+(a client's ``reply_to`` not created yet) stays missing: ``max_block_ms`` is therefore
+``metadata_timeout_ms``, short, not the delivery timeout, or each attempt at such a record would
+hold every other record of the thread for as long.
 
 ``flush`` travels through the same channel as a marker, so it covers exactly the records sent
 before it: the thread flushes the producer and answers with the delivery failures seen since the
@@ -33,7 +36,11 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
-from purgatory.service._kafka_config import KafkaClientConfig, raising_single_errors
+from purgatory.service._kafka_config import (
+    KafkaClientConfig,
+    no_topic_creation,
+    raising_single_errors,
+)
 from purgatory.service._transport import OutRecord, SendFailure
 
 __all__ = ["KafkaDelivery", "KafkaSink", "SinkStatistics", "open_kafka_sink"]
@@ -331,6 +338,7 @@ async def open_kafka_sink(
     max_request_bytes: int = 1_048_576,
     delivery_timeout_ms: int = 120_000,
     connect_timeout_ms: int = 30_000,
+    metadata_timeout_ms: int = 1_000,
 ) -> AsyncIterator[KafkaSink]:
     """Produce through a dedicated thread; yield a ``KafkaSink`` while it runs.
 
@@ -346,9 +354,11 @@ async def open_kafka_sink(
         max_in_flight: batches queued between trio and the producer thread (back-pressure).
         max_request_bytes: the largest record the producer sends (larger ones fail alone,
             not retriable).
-        delivery_timeout_ms: how long a record may take to be acknowledged before it fails;
-            also bounds how long ``send`` waits for a topic's metadata.
+        delivery_timeout_ms: how long a record may take to be acknowledged before it fails.
         connect_timeout_ms: how long to try to reach a bootstrap server.
+        metadata_timeout_ms: how long ``send`` waits for the metadata of a topic it has none
+            of (at most ``delivery_timeout_ms``); the record then fails, retriable. The producer
+            thread waits meanwhile: a topic that does not exist costs this much per attempt.
 
     Raises:
         UsageError: a bad argument (the message names it).
@@ -356,16 +366,19 @@ async def open_kafka_sink(
     """
     if max_in_flight < 1:
         raise UsageError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if metadata_timeout_ms < 1:
+        raise UsageError(f"metadata_timeout_ms must be >= 1, got {metadata_timeout_ms}")
     if linger_ms < 0 or delivery_timeout_ms <= linger_ms:
         raise UsageError(
             f"need 0 <= linger_ms < delivery_timeout_ms, got {linger_ms} and {delivery_timeout_ms}"
         )
     kwargs = config.kafka_kwargs() | {
+        **no_topic_creation(),
         "linger_ms": linger_ms,
         "acks": "all",
         "delivery_timeout_ms": delivery_timeout_ms,
         "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
-        "max_block_ms": delivery_timeout_ms,
+        "max_block_ms": min(metadata_timeout_ms, delivery_timeout_ms),
         "max_request_size": max_request_bytes,
         "bootstrap_timeout_ms": connect_timeout_ms,
     }

@@ -35,6 +35,7 @@ from purgatory.service._kafka_assignor import CoPartitionedAssignor
 from purgatory.service._kafka_config import (
     ConsumedRecord,
     KafkaClientConfig,
+    no_topic_creation,
     raising_single_errors,
 )
 from purgatory.service._logging import get_logger
@@ -522,6 +523,7 @@ async def open_kafka_source(
     if not 0 <= fetch_max_wait_ms <= 60_000:
         raise UsageError(f"fetch_max_wait_ms must be in [0, 60000], got {fetch_max_wait_ms}")
     kwargs = config.kafka_kwargs() | {
+        **no_topic_creation(),
         "group_id": group_id,
         "enable_auto_commit": False,  # the service commits after a record's effects are applied
         "auto_offset_reset": "earliest",

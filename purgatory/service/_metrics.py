@@ -116,6 +116,13 @@ _ENGINE_GAUGES: tuple[tuple[str, str, Callable[[EngineStatistics], float]], ...]
     ("purgatory_timer_levels", "Levels of the hierarchical timing wheel.",
      lambda s: s.timer_levels),
     ("purgatory_signals_remembered", "Signals held in TTL state.", lambda s: s.signals),
+    ("purgatory_pending_bytes", "Estimated memory of the pending operations.",
+     lambda s: s.pending_bytes),
+    ("purgatory_remembered_bytes", "Estimated memory of the remembered signals.",
+     lambda s: s.remembered_bytes),
+    ("purgatory_finished_bytes",
+     "Estimated memory of the finished operations kept for idempotent retries.",
+     lambda s: s.finished_bytes),
     ("purgatory_watermark_scopes", "Scopes with an event-time watermark.",
      lambda s: s.scopes_with_watermark),
     ("purgatory_late_expirations", "Operations expired late (overdue on restore) since start.",
@@ -304,8 +311,8 @@ class Metrics:
         )
         self._http = Counter(
             "purgatory_http_requests_total",
-            "HTTP requests answered, by route template, method and status.",
-            ["route", "method", "status"],
+            "HTTP requests answered, by route template, method, status and client.",
+            ["route", "method", "status", "client"],
             registry=r,
         )
         self._callback_errors = Counter(
@@ -490,7 +497,9 @@ class Metrics:
         """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""
         self._dead_lettered.labels(topic=topic, reason=reason).inc()
 
-    def http_request(self, route: str, method: str, status: int, seconds: float) -> None:
+    def http_request(
+        self, route: str, method: str, status: int, seconds: float, client: str = "anonymous"
+    ) -> None:
         """Count an answered HTTP request and observe its duration.
 
         Args:
@@ -498,8 +507,10 @@ class Metrics:
             method: the HTTP method.
             status: the status code answered.
             seconds: how long the request took.
+            client: the client's name (from its token; ``anonymous`` without one): the names
+                are the operator's, so the label's values are bounded.
         """
-        self._http.labels(route=route, method=method, status=str(status)).inc()
+        self._http.labels(route=route, method=method, status=str(status), client=client).inc()
         self._http_duration.labels(route=route).observe(max(0.0, seconds))
 
     def _child(self, family: Any, *labels: str) -> Any:

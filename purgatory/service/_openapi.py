@@ -1,7 +1,10 @@
 """The OpenAPI document of the HTTP API (service layer).
 
-Built from the records' JSON Schemas (:func:`purgatory._codec.schema`), so the HTTP bodies are
-documented by the very schemas that describe the Kafka records; the generated document is kept
+Its paths come from the route table (:data:`purgatory.service._http_routes.ROUTES`), which also
+serves them, and its bodies from the records' JSON Schemas (:func:`purgatory._codec.schema`),
+so the HTTP bodies are documented by the very schemas that describe the Kafka records. Each
+route documents its own answers and those of its kind (a body: 400, 408, 413, 422; a token:
+401, 429, 503), every one with its media type and headers. The generated document is kept
 in the repository (``purgatory/service/openapi.json``, checked by a test to match this builder)
 and served at ``/openapi.json``. Regenerate it with ``python -m purgatory.service._openapi``.
 """
@@ -14,35 +17,20 @@ from importlib import resources
 from typing import Any
 
 from purgatory._codec import schema
+from purgatory.service._http_routes import ROUTES
+from purgatory.service._http_table import (
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND_PATH,
+    Answer,
+    ApiRoute,
+    Param,
+)
+from purgatory.service._overview import MAX_DEADLINES, MAX_SCOPES
+from purgatory.service._recent import MAX_RECENT
 
 __all__ = ["build_openapi", "load_openapi"]
 
 _VERSION = "0.1.0"
-
-
-def _error_response(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
-
-
-def _json(ref: str) -> dict[str, Any]:
-    return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}}
-
-
-def _query(
-    name: str, description: str, *, required: bool = True, integer: bool = False
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": required,
-        "description": description,
-        "schema": {"type": "integer", "minimum": 0}
-        if integer
-        else {"type": "string", "minLength": 1},
-    }
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
@@ -70,236 +58,352 @@ def _body_schema(record: dict[str, Any], kind: str) -> dict[str, Any]:
     return body
 
 
-def build_openapi() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the HTTP API."""
+def _parameter(param: Param) -> dict[str, Any]:
+    schema: dict[str, Any] = (
+        {"type": "integer", "minimum": param.minimum}
+        if param.integer
+        else {"type": "string", "minLength": 1}
+    )
+    return {
+        "name": param.name,
+        "in": "query",
+        "required": param.required,
+        "description": param.description,
+        "schema": schema,
+    }
+
+
+def _ref(kind: str, name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _response(answer: Answer) -> dict[str, Any]:
+    if answer.schema is not None:
+        schema = _ref("schemas", answer.schema)
+    elif answer.media_type == "application/json":
+        schema = {}
+    else:
+        schema = {"type": "string"}
+    response: dict[str, Any] = {
+        "description": answer.description,
+        "content": {answer.media_type: {"schema": schema}},
+    }
+    if answer.headers:
+        response["headers"] = {name: _ref("headers", name) for name in answer.headers}
+    return response
+
+
+def _operation(route: ApiRoute) -> dict[str, Any]:
+    operation: dict[str, Any] = {"operationId": route.handler.__name__, "summary": route.summary}
+    if route.description is not None:
+        operation["description"] = route.description
+    if route.params:
+        operation["parameters"] = [_parameter(param) for param in route.params]
+    if route.body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref("schemas", route.body)}},
+        }
+    operation["responses"] = {str(a.status): _response(a) for a in route.documented}
+    if not route.auth:
+        operation["security"] = []  # open whatever the document's default
+    return operation
+
+
+def _paths() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return paths
+
+
+def _object(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+_STRING = {"type": "string"}
+_INTEGER = {"type": "integer"}
+_OUTCOME_OR_NULL = {"oneOf": [_ref("schemas", "Callback"), {"type": "null"}]}
+_REGISTRATION_STATUS = {"enum": ["pending", "completed", "duplicate", "rearmed"]}
+
+
+def _batch(name: str, item: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [name],
+        "properties": {name: {"type": "array", "items": _ref("schemas", item)}},
+    }
+
+
+def _schemas() -> dict[str, Any]:
     request, signal, callback = schema("request"), schema("signal"), schema("callback")
-    scope_q = _query("scope", "The operation's scope.")
-    op_q = _query("op_id", "The operation's id within its scope.")
-    errors = {
-        "400": _error_response("Malformed JSON."),
-        "401": _error_response("Missing or wrong bearer token (when an API token is set)."),
-        "413": _error_response("Body over max_request_bytes, or batch over max_batch."),
-        "422": _error_response("A field is out of its domain; `field` names it."),
-        "503": _error_response(
-            "The scope's partition is being restored (or is not served by this replica), or"
-            " the journal could not make the write durable; retry after the Retry-After header."
+    return {
+        "Register": _body_schema(request, "register"),
+        "RegisterBatch": _batch("operations", "Register"),
+        "Signal": _body_schema(signal, "signal"),
+        "SignalBatch": _batch("signals", "Signal"),
+        "Watermark": _body_schema(signal, "watermark"),
+        "WatermarkBatch": _batch("watermarks", "Watermark"),
+        "Callback": _inline(
+            {k: v for k, v in callback.items() if k != "$defs"},
+            _defs(callback),
+        ),
+        "Registration": _object(
+            ["status", "scope", "op_id", "outcome"],
+            status=_REGISTRATION_STATUS,
+            scope=_STRING,
+            op_id=_STRING,
+            outcome=_OUTCOME_OR_NULL,
+        ),
+        "RegisterResults": _object(
+            ["results"],
+            results={
+                "type": "array",
+                "description": "One per operation, in order: its registration and"
+                " `http_status`, or `http_status` and an `error`.",
+                "items": _object(
+                    ["http_status"],
+                    http_status=_INTEGER,
+                    status=_REGISTRATION_STATUS,
+                    scope=_STRING,
+                    op_id=_STRING,
+                    outcome=_OUTCOME_OR_NULL,
+                    error=_STRING,
+                ),
+            },
+        ),
+        "PendingPage": _object(
+            ["scope", "operations", "next_cursor", "truncated"],
+            scope=_STRING,
+            operations={
+                "type": "array",
+                "items": _object(
+                    ["op_id", "keys", "deadline_ms"],
+                    op_id=_STRING,
+                    keys={"type": "array", "items": _STRING},
+                    deadline_ms=_INTEGER,
+                    time_domain={"enum": ["processing_time", "event_time"]},
+                    condition={"enum": ["all", "any", "count"]},
+                    missing={
+                        "type": "array",
+                        "items": _STRING,
+                        "description": "Its keys no remembered signal answers now.",
+                    },
+                    still_needed={
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "How many of the missing keys must still signal.",
+                    },
+                ),
+            },
+            next_cursor={
+                "type": ["string", "null"],
+                "description": "The `cursor` of the next page; null on the last page.",
+            },
+            truncated={"type": "boolean", "description": "Whether a next page exists."},
+        ),
+        "OperationStatus": _object(
+            ["status", "scope", "op_id"],
+            status={"enum": ["pending", "completed", "expired", "cancelled"]},
+            scope=_STRING,
+            op_id=_STRING,
+            outcome=_OUTCOME_OR_NULL,
+        ),
+        "Cancelled": _object(
+            ["status", "outcome"],
+            status={"const": "cancelled"},
+            outcome=_ref("schemas", "Callback"),
+        ),
+        "SignalsAccepted": _object(
+            ["accepted", "completed"], accepted=_INTEGER, completed=_INTEGER
+        ),
+        "WatermarksAccepted": _object(["accepted", "moved"], accepted=_INTEGER, moved=_INTEGER),
+        "Health": _object(["status"], status={"const": "ok"}),
+        "Readiness": _object(
+            ["ready"],
+            ready={"type": "boolean"},
+            partitions={
+                "type": "object",
+                "additionalProperties": _object(
+                    ["state"],
+                    state={"enum": ["serving", "restoring"]},
+                    restore_records=_INTEGER,
+                    restore_seconds={"type": "number"},
+                ),
+            },
+        ),
+        "Overview": _overview_schema(),
+        "OpenApi": _object(["openapi", "info", "paths"], openapi=_STRING),
+        "Error": _object(
+            ["error"],
+            error=_object(
+                ["status", "message"],
+                status=_INTEGER,
+                field={"type": ["string", "null"], "description": "The field that was wrong."},
+                message=_STRING,
+            ),
         ),
     }
-    op_json = {"description": "The operation.", **_json("OperationStatus")}
+
+
+def _list(item: dict[str, Any], most: int, description: str) -> dict[str, Any]:
+    return {"type": "array", "maxItems": most, "items": item, "description": description}
+
+
+def _overview_schema() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    partition = {"type": "integer", "minimum": -1}
+    text_or_null = {"type": ["string", "null"]}
+    return _object(
+        [
+            "now_ms",
+            "ready",
+            "partitions",
+            "pending",
+            "scope_count",
+            "scopes",
+            "deadlines",
+            "computed_ms",
+            "compute_ms",
+            "complete",
+            "outcomes",
+            "outcomes_total",
+            "dead_letters",
+            "dead_letters_total",
+        ],
+        now_ms=_INTEGER,
+        ready={"type": "boolean"},
+        partitions={
+            "type": "object",
+            "description": "The partitions held, as in `Readiness`.",
+            "additionalProperties": _object(
+                ["state"],
+                state={"enum": ["serving", "restoring"]},
+                restore_records=_INTEGER,
+                restore_seconds={"type": "number"},
+            ),
+        },
+        pending=count,
+        scope_count=count,
+        scopes=_list(
+            _object(
+                ["scope", "pending", "partition"], scope=_STRING, pending=count, partition=partition
+            ),
+            MAX_SCOPES,
+            "The busiest scopes, most pending first.",
+        ),
+        deadlines=_list(
+            _object(
+                ["scope", "op_id", "deadline_ms", "partition"],
+                scope=_STRING,
+                op_id=_STRING,
+                deadline_ms=_INTEGER,
+                partition=partition,
+            ),
+            MAX_DEADLINES,
+            "The earliest processing-time deadlines, earliest first.",
+        ),
+        computed_ms=_INTEGER,
+        compute_ms={"type": "number", "minimum": 0},
+        complete={"type": "boolean"},
+        outcomes=_list(
+            _object(
+                [
+                    "at_ms",
+                    "scope",
+                    "op_id",
+                    "outcome",
+                    "late",
+                    "registered_ms",
+                    "outcome_ms",
+                    "deadline_ms",
+                    "time_domain",
+                    "missing",
+                    "partition",
+                    "sequence",
+                ],
+                at_ms=_INTEGER,
+                scope=_STRING,
+                op_id=_STRING,
+                outcome={"enum": ["completed", "expired", "cancelled"]},
+                late={"type": "boolean"},
+                registered_ms=_INTEGER,
+                outcome_ms=_INTEGER,
+                deadline_ms=_INTEGER,
+                time_domain={"enum": ["processing_time", "event_time"]},
+                missing={"type": "array", "items": _STRING},
+                partition=partition,
+                sequence=_INTEGER,
+            ),
+            MAX_RECENT,
+            "The last outcomes settled here, newest first.",
+        ),
+        outcomes_total=count,
+        dead_letters=_list(
+            _object(
+                ["at_ms", "topic", "partition", "offset", "reason", "field", "key"],
+                at_ms=_INTEGER,
+                topic=_STRING,
+                partition=partition,
+                offset={"type": "integer", "minimum": -1},
+                reason=_STRING,
+                field=text_or_null,
+                key=text_or_null,
+            ),
+            MAX_RECENT,
+            "The last dead letters acknowledged here, newest first.",
+        ),
+        dead_letters_total=count,
+    )
+
+
+def build_openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the HTTP API: its paths from the route table."""
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "purgatory",
             "version": _VERSION,
             "description": "Delayed operations that wait for signals on watch keys until a "
-            "condition holds or a deadline passes; exactly one outcome each, as a callback.",
+            "condition holds or a deadline passes; exactly one outcome each, as a callback. "
+            "Every error is an `Error` body naming the field at fault. Any other path answers "
+            "404 (`NotFound`), and a method a path does not serve 405 with `Allow` "
+            "(`MethodNotAllowed`).",
         },
-        "paths": {
-            "/v1/operations": {
-                "post": {
-                    "summary": "Register an operation (idempotent by scope and op_id).",
-                    "requestBody": {"required": True, **_json("Register")},
-                    "responses": {
-                        "201": {
-                            "description": "Registered (pending, or completed at once).",
-                            **_json("Registration"),
-                        },
-                        "200": {
-                            "description": "Duplicate, or a timer re-armed.",
-                            **_json("Registration"),
-                        },
-                        "409": _error_response("op_id reused with another body."),
-                        "429": _error_response("A pending limit was reached."),
-                        **errors,
-                    },
-                },
-                "get": {
-                    "summary": "List the pending operations of a scope.",
-                    "parameters": [scope_q],
-                    "responses": {"200": {"description": "Pending operations."}, **errors},
-                },
-            },
-            "/v1/operations:batch": {
-                "post": {
-                    "summary": "Register many operations; each gets its own status.",
-                    "requestBody": {"required": True, **_json("RegisterBatch")},
-                    "responses": {
-                        "200": {"description": "One result per operation, in order."},
-                        **errors,
-                    },
-                },
-            },
-            "/v1/operation": {
-                "get": {
-                    "summary": "Get an operation and its outcome, if any.",
-                    "parameters": [scope_q, op_q],
-                    "responses": {
-                        "200": op_json,
-                        "404": _error_response("Unknown operation."),
-                        **errors,
-                    },
-                },
-                "delete": {
-                    "summary": "Cancel a pending operation (its outcome is `cancelled`).",
-                    "parameters": [scope_q, op_q],
-                    "responses": {
-                        "200": {"description": "Cancelled.", **_json("Callback")},
-                        "404": _error_response("Unknown operation."),
-                        "409": _error_response("The operation already finished."),
-                        **errors,
-                    },
-                },
-            },
-            "/v1/operation/wait": {
-                "get": {
-                    "summary": "Wait (long poll) for an operation's outcome.",
-                    "parameters": [
-                        scope_q,
-                        op_q,
-                        _query(
-                            "timeout_ms",
-                            "How long to wait, at most max_wait_ms.",
-                            required=False,
-                            integer=True,
-                        ),
-                    ],
-                    "responses": {
-                        "200": op_json,
-                        "404": _error_response("Unknown operation."),
-                        **errors,
-                    },
-                },
-            },
-            "/v1/signals": {
-                "post": {
-                    "summary": "Publish signals (facts remembered with a TTL).",
-                    "requestBody": {"required": True, **_json("SignalBatch")},
-                    "responses": {
-                        "200": {"description": "Accepted, and how many operations completed."},
-                        **errors,
-                    },
-                },
-            },
-            "/v1/watermarks": {
-                "post": {
-                    "summary": "Advance scopes' event-time watermarks (monotonic; older: no-op).",
-                    "requestBody": {"required": True, **_json("WatermarkBatch")},
-                    "responses": {
-                        "200": {"description": "Accepted, and how many moved."},
-                        **errors,
-                    },
-                },
-            },
-            "/healthz": {
-                "get": {"summary": "Liveness.", "responses": {"200": {"description": "Alive."}}}
-            },
-            "/readyz": {
-                "get": {
-                    "summary": "Readiness: every input partition held is restored and served.",
-                    "description": "The body lists each partition held: `serving`, or"
-                    " `restoring` with the changelog records read and the seconds spent so far.",
-                    "responses": {
-                        "200": {"description": "Ready."},
-                        "503": {"description": "Not ready (starting, or a partition restoring)."},
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics.",
-                    "responses": {"200": {"description": "Text exposition."}},
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "summary": "This document.",
-                    "responses": {"200": {"description": "OpenAPI 3.1."}},
-                }
-            },
-        },
+        "security": [{"bearer": []}],
+        "paths": _paths(),
         "components": {
-            "schemas": {
-                "Register": _body_schema(request, "register"),
-                "RegisterBatch": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["operations"],
-                    "properties": {
-                        "operations": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/Register"},
-                        }
-                    },
+            "schemas": _schemas(),
+            "responses": {
+                "NotFound": _response(NOT_FOUND_PATH),
+                "MethodNotAllowed": _response(METHOD_NOT_ALLOWED),
+            },
+            "headers": {
+                "Allow": {
+                    "description": "The methods the path serves.",
+                    "required": True,
+                    "schema": _STRING,
                 },
-                "Signal": _body_schema(signal, "signal"),
-                "SignalBatch": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["signals"],
-                    "properties": {
-                        "signals": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/Signal"},
-                        }
-                    },
+                "Retry-After": {
+                    "description": "Seconds to wait before trying again.",
+                    "required": True,
+                    "schema": {"type": "integer", "minimum": 0},
                 },
-                "Watermark": _body_schema(signal, "watermark"),
-                "WatermarkBatch": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["watermarks"],
-                    "properties": {
-                        "watermarks": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/Watermark"},
-                        }
-                    },
+                "WWW-Authenticate": {
+                    "description": "The scheme to authenticate with: `Bearer`.",
+                    "required": True,
+                    "schema": _STRING,
                 },
-                "Callback": _inline(
-                    {k: v for k, v in callback.items() if k != "$defs"},
-                    _defs(callback),
-                ),
-                "Registration": {
-                    "type": "object",
-                    "properties": {
-                        "status": {"enum": ["pending", "completed", "duplicate", "rearmed"]},
-                        "scope": {"type": "string"},
-                        "op_id": {"type": "string"},
-                        "outcome": {
-                            "oneOf": [{"$ref": "#/components/schemas/Callback"}, {"type": "null"}]
-                        },
-                    },
-                },
-                "OperationStatus": {
-                    "type": "object",
-                    "properties": {
-                        "status": {"enum": ["pending", "completed", "expired", "cancelled"]},
-                        "scope": {"type": "string"},
-                        "op_id": {"type": "string"},
-                        "outcome": {
-                            "oneOf": [{"$ref": "#/components/schemas/Callback"}, {"type": "null"}]
-                        },
-                    },
-                },
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["status", "message"],
-                            "properties": {
-                                "status": {"type": "integer"},
-                                "field": {
-                                    "type": ["string", "null"],
-                                    "description": "The field that was wrong.",
-                                },
-                                "message": {"type": "string"},
-                            },
-                        }
-                    },
-                },
-            }
+            },
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A client's token (PURGATORY_API_TOKENS); not needed when"
+                    " no token is configured.",
+                }
+            },
         },
     }
 

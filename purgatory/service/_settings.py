@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import difflib
 import enum
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from purgatory._core import MAX_TIME_MS, ConfigError, EngineConfig, TtlConfig, UsageError
+from purgatory._kafka_options import HOST_PORTS, OPTIONS, kafka_connection_problems
 
 __all__ = ["LogFormat", "LogLevel", "SaslMechanism", "SecurityProtocol", "Settings", "env_name"]
 
 _PREFIX = "PURGATORY_"
 _FILE_SUFFIX = "_FILE"
 _DAY_MS = 86_400_000
-_SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
-_SSL_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 _MAX_BYTES = 1 << 30
 
 
@@ -219,10 +219,11 @@ class _List:
 
 
 _TOKEN = re.compile(r"[^\s,]+")  # one word: no whitespace, no comma
-_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-_HOST_PORTS = re.compile(rf"[^\s,]+:{_PORT}(,[^\s,]+:{_PORT})*")
 _TOPIC = re.compile(r"(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}")
+_TOPIC_PREFIX = re.compile(r"[a-zA-Z0-9._-]{0,249}")
 _HTTP_TOKEN = re.compile(r"[\x21-\x7e]{16,4096}")  # visible ASCII: it travels in a header
+_CLIENT_TOKEN = r"[a-zA-Z0-9._-]{1,64}=[\x21-\x2b\x2d-\x7e]{16,4096}"  # name=token, no comma
+_CLIENT_TOKENS = re.compile(rf"{_CLIENT_TOKEN}(,{_CLIENT_TOKEN})*")
 _ANY = re.compile(r".+", re.DOTALL)
 
 _BASE_URL = re.compile(r"https?://[^\s,/?#]+(/[^\s,?#]*)?")
@@ -237,6 +238,16 @@ class _Spec:
     help: str
     optional: bool = False
     secret: bool = False
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _setting(default: object, kind: _Kind, help: str, *, secret: bool = False) -> Any:
@@ -265,7 +276,7 @@ class Settings:
     http_port: int = _int(8080, 1, 65535, "TCP port of the HTTP API and of /metrics.")
     kafka_bootstrap_servers: str = _setting(
         "localhost:9092",
-        _Text(_HOST_PORTS, "a comma-separated list of host:port", squeeze=True),
+        _Text(HOST_PORTS, "a comma-separated list of host:port", squeeze=True),
         "Kafka brokers to bootstrap from, as a comma-separated list of host:port.",
     )
     kafka_client_id: str = _setting("purgatory", _WORD, "Client id the Kafka clients send.")
@@ -371,6 +382,35 @@ class Settings:
     )
     max_pending: int = _int(10_000_000, 1, 1 << 40, "Pending operations per replica.")
     max_pending_per_scope: int = _int(1_000_000, 1, 1 << 40, "Pending operations per scope.")
+    max_pending_bytes_per_scope: int = _int(
+        0, 0, 1 << 40, "Estimated bytes a scope's pending operations may hold (0: no limit)."
+    )
+    max_remembered_signals_per_scope: int = _int(
+        0,
+        0,
+        1 << 40,
+        "Signals a scope may remember for operations registered later (0: no limit); a signal"
+        " a pending operation awaits is always taken.",
+    )
+    max_remembered_bytes_per_scope: int = _int(
+        0, 0, 1 << 40, "Estimated bytes a scope's remembered signals may hold (0: no limit)."
+    )
+    max_pending_per_client: int = _int(
+        0, 0, 1 << 40, "Pending operations one client may hold, across scopes (0: no limit)."
+    )
+    max_pending_bytes_per_client: int = _int(
+        0,
+        0,
+        1 << 40,
+        "Estimated bytes of memory one client's pending operations may hold (0: no limit).",
+    )
+    max_memory_bytes: int = _int(
+        0,
+        0,
+        1 << 40,
+        "Memory budget of a replica, in estimated bytes with a 64 MiB base: registrations and"
+        " signals nobody awaits are refused (429) beyond it (0: none; else more than 64 MiB).",
+    )
     max_wait_ms: int = _int(60_000, 0, 3_600_000, "Longest HTTP long poll, in ms.")
     tick_ms: int = _int(1, 1, 60_000, "Resolution of the timing wheel, in ms.")
     wheel_size: int = _int(512, 2, 1 << 20, "Buckets per level of the timing wheel.")
@@ -429,11 +469,47 @@ class Settings:
         "How long a callback to an operation's reply_to topic is retried before it is"
         " dead-lettered, in ms.",
     )
+    reply_to_topics: tuple[str, ...] | None = _setting(
+        None,
+        _List(_TOPIC_NAME, "Kafka topic names"),
+        "Topics an operation's reply_to may name, exactly, beside the callbacks topic and the"
+        " topics under PURGATORY_REPLY_TO_PREFIX (unset: none). Names starting with '_' and"
+        " the service's own topics are refused whatever it says.",
+    )
+    reply_to_prefix: str = _setting(
+        "purgatory.reply.",
+        _Text(
+            _TOPIC_PREFIX,
+            "0 to 249 characters from a-z A-Z 0-9 . _ - (empty: no prefix)",
+        ),
+        "An operation's reply_to may name any topic starting with it (empty: no prefix, only"
+        " the callbacks topic and PURGATORY_REPLY_TO_TOPICS). Names starting with '_' and the"
+        " service's own topics are refused whatever it says.",
+    )
     api_token: str | None = _setting(
         None,
         _Text(_HTTP_TOKEN, "16 to 4096 visible ASCII characters", strip=False),
-        "When set, write endpoints require 'Authorization: Bearer <token>'.",
+        "The token of the client named 'default': the API then requires"
+        " 'Authorization: Bearer <token>'.",
         secret=True,
+    )
+    api_tokens: str | None = _setting(
+        None,
+        _Text(
+            _CLIENT_TOKENS,
+            "a comma-separated list of name=token (names of 1 to 64 characters from"
+            " a-z A-Z 0-9 . _ -, tokens of 16 to 4096 visible ASCII characters but comma)",
+            squeeze=True,
+        ),
+        "Named clients' tokens, name=token,...: each name labels its requests' logs and"
+        " metrics and carries its own quotas.",
+        secret=True,
+    )
+    allow_unauthenticated: bool = _setting(
+        False,
+        _Bool(),
+        "Serve the API without a token on an address beyond loopback (without it, a replica"
+        " with no token configured refuses to listen there).",
     )
     log_level: LogLevel = _setting(  # noqa: RUF009 (returns a field())
         LogLevel.INFO, _Choice(LogLevel, any_case=True), "Lowest level of the log events written."
@@ -466,36 +542,12 @@ class Settings:
 
     def _cross_checks(self) -> list[str]:
         env = env_name
-        problems: list[str] = []
-        protocol = self.kafka_security_protocol
-        if protocol in _SASL_PROTOCOLS and self.kafka_sasl_mechanism is None:
-            problems.append(
-                f"{env('kafka_sasl_mechanism')}: required when {env('kafka_security_protocol')}"
-                f" is {protocol} (one of {', '.join(SaslMechanism)})"
-            )
-        if protocol not in _SASL_PROTOCOLS and self.kafka_sasl_mechanism is not None:
-            problems.append(
-                f"{env('kafka_sasl_mechanism')}: only used with SASL_PLAINTEXT or SASL_SSL,"
-                f" but {env('kafka_security_protocol')} is {protocol}"
-            )
-        if self.kafka_sasl_mechanism is not None:
-            for name in ("kafka_sasl_username", "kafka_sasl_password"):
-                if getattr(self, name) is None:
-                    problems.append(
-                        f"{env(name)}: required with {env('kafka_sasl_mechanism')}"
-                        f" {self.kafka_sasl_mechanism}"
-                    )
-        if protocol not in _SSL_PROTOCOLS:
-            for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile"):
-                if getattr(self, name) is not None:
-                    problems.append(
-                        f"{env(name)}: only used with SSL or SASL_SSL,"
-                        f" but {env('kafka_security_protocol')} is {protocol}"
-                    )
-        if self.kafka_ssl_keyfile is not None and self.kafka_ssl_certfile is None:
-            problems.append(
-                f"{env('kafka_ssl_keyfile')}: needs {env('kafka_ssl_certfile')} as well"
-            )
+        # One validator for the connection settings, shared with KafkaClientConfig and the
+        # Spark bridge; it names the PURGATORY_KAFKA_* variables and reads the SSL files.
+        problems = kafka_connection_problems(
+            {option: getattr(self, "kafka_" + option) for option in OPTIONS}
+        )
+        problems.extend(self._reply_to_checks())
         topics: dict[str, str] = {}
         for name in _TOPIC_FIELDS:
             topic = getattr(self, name)
@@ -518,6 +570,7 @@ class Settings:
                 f"{env('replica_ordinal')}: must index {env('peer_urls')}"
                 f" ({len(self.peer_urls)} URLs), got {self.replica_ordinal}"
             )
+        problems.extend(self._auth_checks())
         if self.max_pending_per_scope > self.max_pending:
             problems.append(
                 f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"
@@ -533,6 +586,67 @@ class Settings:
                 f"{env('max_signal_bytes_per_operation')}: must be less than"
                 f" {env('max_record_bytes')} ({self.max_record_bytes}),"
                 f" got {self.max_signal_bytes_per_operation}"
+            )
+        return problems
+
+    def client_tokens(self) -> dict[str, str]:
+        """``{client name: token}`` from ``api_tokens`` and ``api_token`` (named ``default``)."""
+        tokens = {}
+        if self.api_tokens is not None:
+            for item in self.api_tokens.split(","):
+                name, _, token = item.partition("=")
+                tokens[name] = token
+        if self.api_token is not None:
+            tokens.setdefault("default", self.api_token)
+        return tokens
+
+    def _reply_to_checks(self) -> list[str]:
+        """What the reply_to allow-list names but the service refuses whatever it says: Kafka's
+        internal topics (a leading '_') and the service's own topics (the callbacks topic is
+        always allowed, so naming it is harmless)."""
+        env = env_name
+        problems = []
+        if self.reply_to_prefix.startswith("_"):
+            problems.append(
+                f"{env('reply_to_prefix')}: must not start with '_' (Kafka's internal topics"
+                f" are never a reply_to), got {self.reply_to_prefix!r}"
+            )
+        own = {getattr(self, name): name for name in _TOPIC_FIELDS if name != "topic_callbacks"}
+        for topic in self.reply_to_topics or ():
+            if topic.startswith("_"):
+                problems.append(
+                    f"{env('reply_to_topics')}: must not name {topic!r}: names starting with '_'"
+                    " (Kafka's internal topics) are never a reply_to"
+                )
+            elif topic in own:
+                problems.append(
+                    f"{env('reply_to_topics')}: must not name {topic!r}, the service's own"
+                    f" {env(own[topic])}"
+                )
+        return problems
+
+    def _auth_checks(self) -> list[str]:
+        env = env_name
+        problems = []
+        if self.api_tokens is not None:
+            names = [item.partition("=")[0] for item in self.api_tokens.split(",")]
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                problems.append(f"{env('api_tokens')}: names a client twice: {repeated}")
+            if self.api_token is not None and "default" in names:
+                problems.append(
+                    f"{env('api_token')}: is the client 'default', which {env('api_tokens')}"
+                    " names as well"
+                )
+            tokens = [item.partition("=")[2] for item in self.api_tokens.split(",")]
+            if len(set(tokens)) < len(tokens) or self.api_token in tokens:
+                problems.append(f"{env('api_tokens')}: two clients share a token")
+        open_api = self.api_tokens is None and self.api_token is None
+        if open_api and not self.allow_unauthenticated and not _loopback(self.http_host):
+            problems.append(
+                f"{env('api_token')}: required to listen on {self.http_host} (beyond loopback):"
+                f" set it or {env('api_tokens')}, or set {env('allow_unauthenticated')}=true to"
+                " serve an open API on purpose"
             )
         return problems
 
@@ -627,6 +741,10 @@ class Settings:
                 max_pending=self.max_pending,
                 max_pending_per_scope=self.max_pending_per_scope,
                 max_signal_bytes_per_operation=self.max_signal_bytes_per_operation,
+                # 0 means no limit: the engine's default and largest value, 1 << 40.
+                max_pending_bytes_per_scope=self.max_pending_bytes_per_scope or 1 << 40,
+                max_remembered_signals_per_scope=self.max_remembered_signals_per_scope or 1 << 40,
+                max_remembered_bytes_per_scope=self.max_remembered_bytes_per_scope or 1 << 40,
             )
         except UsageError as exc:
             raise ConfigError(f"engine settings: {exc}") from exc

@@ -12,7 +12,11 @@ callback: only then do ``wait`` callers get it. What waits for delivery cannot g
 each operation has one outcome and the engine caps pending operations (``max_pending``).
 
 Limits that need the clock are checked here (a deadline too far ahead); the rest live in the
-codec (sizes, shapes) and the engine (pending per scope and in total).
+codec (sizes, shapes) and the engine (pending per scope and in total, in operations and in
+estimated bytes; remembered signals per scope). Limits across scopes and partitions, per client
+and the replica's memory budget, are :mod:`purgatory.service._quotas`' (its docstring says who
+the client of an input is, and what happens to restored operations and refused Kafka records);
+they are decided before the engine is called, so what they refuse is never journaled.
 
 One engine per input partition: a scope's partition is Kafka's murmur2 of it
 (:func:`~purgatory.service._partitioning.partition_for`), so its operations, signals and
@@ -49,6 +53,8 @@ from purgatory._core import (
 from purgatory.service._logging import get_logger, logs_enabled
 from purgatory.service._metrics import Metrics
 from purgatory.service._partitioning import partition_for
+from purgatory.service._quotas import ANONYMOUS_CLIENT, Admission
+from purgatory.service._reply_to import ReplyToPolicy
 
 __all__ = ["Input", "NotServingError", "ServiceState", "ServiceStatistics"]
 
@@ -100,6 +106,12 @@ class ServiceState:
         journal_for: the journal of a partition's engine (None: nothing is journaled).
         resend: takes outcomes already journaled, to send again after a restore (the outbox's
             ``put``; ``deliver`` by default).
+        reply_to: which ``reply_to`` topics a registration may name (None: any).
+        max_pending_per_client: operations one client may hold pending, across scopes and
+            partitions (0: no limit; see :mod:`purgatory.service._quotas`).
+        max_pending_bytes_per_client: estimated bytes of them (0: no limit).
+        max_memory_bytes: the replica's memory budget in estimated bytes, base included (0:
+            none); registrations and signals nobody awaits are refused beyond it.
     """
 
     def __init__(
@@ -115,6 +127,10 @@ class ServiceState:
         deliver: Callable[[Sequence[Outcome]], None] = lambda _outcomes: None,
         journal_for: Callable[[int], Callable[[JournalEntry], None]] | None = None,
         resend: Callable[[Sequence[Outcome]], None] | None = None,
+        reply_to: ReplyToPolicy | None = None,
+        max_pending_per_client: int = 0,
+        max_pending_bytes_per_client: int = 0,
+        max_memory_bytes: int = 0,
     ) -> None:
         if partitions < 1:
             raise UsageError(f"partitions must be >= 1, got {partitions}")
@@ -132,9 +148,16 @@ class ServiceState:
         self._wake_now = wake_now
         self._deliver = deliver
         self._resend = resend if resend is not None else deliver
+        self._reply_to = reply_to
         self._undelivered: set[tuple[str, str]] = set()
         self._waiters: dict[tuple[str, str], trio.Event] = {}
         self._counts = {"registrations": 0, "signals": 0, "watermarks": 0, "cancels": 0}
+        self.admission = Admission(
+            self._engines.values,
+            max_pending_per_client=max_pending_per_client,
+            max_pending_bytes_per_client=max_pending_bytes_per_client,
+            max_memory_bytes=max_memory_bytes,
+        )
 
     # -- partitions ---------------------------------------------------------------------------
 
@@ -176,6 +199,7 @@ class ServiceState:
             self._positions[(topic, partition)] = offset
         self._engines[partition] = engine
         self._acked[partition] = acked
+        self.admission.served(partition, engine)
         self._wake_now()
 
     def drop(self, partition: int, *, keep_acked: bool = False) -> None:
@@ -187,6 +211,7 @@ class ServiceState:
         """
         self._restoring.discard(partition)
         self._engines.pop(partition, None)
+        self.admission.dropped(partition)
         if not keep_acked:
             self._acked.pop(partition, None)
         for tp in [tp for tp in self._positions if tp[1] == partition]:
@@ -242,6 +267,11 @@ class ServiceState:
         """The pending operations of ``scope``."""
         return self.engine_of(scope).pending(scope)
 
+    def pending_page(self, scope: str, *, after: str | None, limit: int) -> list[OperationSpec]:
+        """Up to ``limit`` pending operations of ``scope`` in ``op_id`` order, after the op_id
+        ``after`` (None: from the first); O(log n + limit), see :meth:`Engine.pending_page`."""
+        return self.engine_of(scope).pending_page(scope, after, limit)
+
     def engine_statistics(self) -> EngineStatistics:
         """The engines' counts, summed (the clock: the latest of them)."""
         stats = [engine.statistics() for engine in self._engines.values()]
@@ -258,33 +288,50 @@ class ServiceState:
 
     # -- inputs -------------------------------------------------------------------------------
 
-    def apply(self, item: Input) -> Registration | Outcome | int | bool | None:
+    def apply(
+        self, item: Input, *, client: str | None = None
+    ) -> Registration | Outcome | int | bool | None:
         """Apply one decoded input; the result depends on its kind (see the typed methods).
+
+        Args:
+            client: who sent it (``kafka`` for a consumed record; None: ``anonymous``).
 
         Raises:
             UsageError: the input is valid as a record but not here (ConflictError, LimitError,
                 a deadline too far ahead).
         """
         if isinstance(item, SignalRecord):
-            return self.signal(item)
+            return self.signal(item, client=client)
         if isinstance(item, RegisterRequest):
-            return self.register(item)
+            return self.register(item, client=client)
         if isinstance(item, WatermarkRecord):
             return self.watermark(item)
         return self.cancel(item)
 
-    def register(self, request: RegisterRequest) -> Registration:
+    def register(self, request: RegisterRequest, *, client: str | None = None) -> Registration:
         """Register an operation (idempotent; a timer re-arms).
+
+        Args:
+            request: the registration.
+            client: who registers it (None: ``anonymous``); it holds the operation, against
+                its quotas, until the outcome is decided.
 
         Raises:
             ConflictError: the id is taken by another body.
-            LimitError: a pending limit, or the deadline is too far ahead.
+            LimitError: a pending limit (per scope, per client, the memory budget: its
+                ``field`` names it), or the deadline is too far ahead.
+            RecordError: ``reply_to`` names a topic the policy refuses (a journaled
+                registration replayed at restore never comes here: it is not checked again).
         """
+        if self._reply_to is not None:
+            self._reply_to.check(request.reply_to)
         now = self._now_ms()
         spec = request.to_spec(now)
         try:
             engine = self.engine_of(spec.scope)
             self._check_deadline(spec, now)
+            who = ANONYMOUS_CLIENT if client is None else client
+            size = self.admission.check_registration(engine, spec, who)
             registration = engine.register(spec, now_ms=now)
         except ConflictError:
             self._count_registration("conflict")
@@ -297,6 +344,8 @@ class ServiceState:
             raise
         self._counts["registrations"] += 1
         status = registration.status
+        if status is RegistrationStatus.PENDING:
+            self.admission.registered(engine.partition, spec, size, who)
         self._count_registration(status.value)
         if status is RegistrationStatus.COMPLETED and registration.outcome is not None:
             self._decided([registration.outcome])
@@ -336,13 +385,21 @@ class ServiceState:
             )
         return outcome
 
-    def signal(self, record: SignalRecord) -> int:
+    def signal(self, record: SignalRecord, *, client: str | None = None) -> int:
         """Remember a signal and complete what it satisfies; returns how many completed.
 
+        Args:
+            record: the signal.
+            client: who sent it (None: ``anonymous``); a signal is a fact shared by every
+                operation that watches its key, so it is not charged to its client.
+
         Raises:
-            LimitError: the payload would make a watching operation's callback too large.
+            LimitError: the payload would make a watching operation's callback too large; or
+                no pending operation awaits the key and remembering it would cross a limit of
+                remembered signals or the memory budget (its ``field`` names the limit).
         """
         engine = self.engine_of(record.scope)
+        self.admission.check_signal(engine, record.scope, record.key, record.payload)
         self._counts["signals"] += 1
         completed = engine.signal(
             record.scope,
@@ -356,7 +413,11 @@ class ServiceState:
             self._metrics.signals()
         if logs_enabled("debug"):
             _log.debug(
-                "signal_received", scope=record.scope, key=record.key, completed=len(completed)
+                "signal_received",
+                scope=record.scope,
+                key=record.key,
+                completed=len(completed),
+                client=ANONYMOUS_CLIENT if client is None else client,
             )
         return len(completed)
 
@@ -414,6 +475,7 @@ class ServiceState:
 
     def _decided(self, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
+            self.admission.finished(outcomes)
             for outcome in outcomes:
                 self._undelivered.add((outcome.scope, outcome.op_id))
             self._deliver(outcomes)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from purgatory._core import ConfigError
 from purgatory.service._settings import Settings
 from tests.helm._chart import load_values_file
 
@@ -61,7 +62,12 @@ def test_its_environment_is_settings_the_service_accepts() -> None:
     )
     settings = {k: v for k, v in environ.items() if k.startswith("PURGATORY_")}
     assert settings.keys() <= set(Settings.env_names())
-    parsed = Settings.from_env(settings)
-    assert parsed.http_host == "0.0.0.0"  # reachable from the pod's network, not loopback
+    # Reachable from the pod's network, not loopback: so the image refuses to serve an open API
+    # unless it is given a token (the chart's Secret) or told to on purpose.
+    with pytest.raises(ConfigError, match=r"PURGATORY_API_TOKEN: required to listen on 0\.0\.0\.0"):
+        Settings.from_env(settings)
+    parsed = Settings.from_env(settings | {"PURGATORY_API_TOKEN": "a-token-of-16-characters"})
+    assert parsed.http_host == "0.0.0.0"
+    assert Settings.from_env(settings | {"PURGATORY_ALLOW_UNAUTHENTICATED": "true"}).http_host
     (exposed,) = _instructions("EXPOSE")
     assert int(exposed) == parsed.http_port == load_values_file()["config"]["http_port"]

@@ -9,6 +9,7 @@ does not ship, against the structural schemas below, which cover the fields the 
 
 from __future__ import annotations
 
+import base64
 import copy
 import os
 import subprocess
@@ -284,6 +285,7 @@ def test_defaults_are_a_deployment_in_a_consumer_group() -> None:
         "Deployment",
         "PodDisruptionBudget",
         "Pod",
+        "Secret",  # the generated API token: the API is closed by default
         "Service",
         "ServiceAccount",
     }
@@ -569,6 +571,7 @@ def test_the_templates_refuse_what_the_service_would_refuse_at_start(
     # Without the check, every pod would render, start, and exit on the same ConfigError.
     given = {**load_values_file()["config"], **config}
     environ = {setting_env(k): str(v) for k, v in given.items() if v is not None}
+    environ["PURGATORY_API_TOKEN"] = "the-generated-secret-token"  # the pod's, from the Secret
     with pytest.raises(ConfigError, match=f"^{setting_env(named)}: "):
         Settings.from_env(environ)
     with pytest.raises(helm.HelmRenderError, match=f"config.{named}: "):
@@ -666,3 +669,40 @@ def test_notes_tell_how_to_reach_and_test_the_release() -> None:
     assert "statefulset/" in ordinal
     assert "replicaCount=0 first" in ordinal  # resizing changes every range: they overlap
     assert "(serving, and holding partitions to consume)" in notes  # no restore in this release
+
+
+def test_the_api_is_closed_by_default_with_a_generated_token() -> None:
+    objects = manifests(None)
+    (secret,) = kind(objects, "Secret")
+    assert secret["metadata"]["name"] == f"{FULLNAME}-api-token"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) == 40 and token.isalnum()
+    ((_, spec),) = [s for s in pod_specs(objects) if not s[0].startswith("Pod/")]
+    (container,) = containers(spec)
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["PURGATORY_API_TOKEN_FILE"].endswith("/token")
+    assert "PURGATORY_ALLOW_UNAUTHENTICATED" not in env
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "api-token"]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
+
+
+def test_an_existing_secret_replaces_the_generated_one() -> None:
+    objects = manifests({"apiToken": {"existingSecret": "ours", "key": "bearer"}})
+    assert kind(objects, "Secret") == []
+    ((_, spec),) = [s for s in pod_specs(objects) if not s[0].startswith("Pod/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "api-token"]
+    assert volume["secret"]["secretName"] == "ours"
+    assert volume["secret"]["items"] == [{"key": "bearer", "path": "token"}]
+
+
+def test_an_open_api_is_asked_for_explicitly() -> None:
+    objects = manifests({"apiToken": {"generate": False}})
+    assert kind(objects, "Secret") == []
+    ((_, spec),) = [s for s in pod_specs(objects) if not s[0].startswith("Pod/")]
+    (container,) = containers(spec)
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    assert env["PURGATORY_ALLOW_UNAUTHENTICATED"] == "true"
+    assert "PURGATORY_API_TOKEN_FILE" not in env
+    assert all(v["name"] != "api-token" for v in spec["volumes"])

@@ -36,6 +36,8 @@ pytestmark = pytest.mark.helm
 # Secrets as *_FILE, TLS paths from the mounted Secret, partitions from the pod's ordinal.
 MANAGED = {
     "api_token",
+    "api_tokens",
+    "allow_unauthenticated",
     "kafka_sasl_password",
     "kafka_ssl_cafile",
     "kafka_ssl_certfile",
@@ -259,6 +261,13 @@ def _environment(values: dict[str, Any] | None, secrets: Path) -> dict[str, str]
             environ[item["name"]] = str(stand_in)
         else:
             environ[item["name"]] = item["value"]
+    for name in ("CAFILE", "CERTFILE", "KEYFILE"):  # mounted from the TLS Secret in the pod
+        variable = f"PURGATORY_KAFKA_SSL_{name}"
+        if variable in environ:
+            assert environ[variable].startswith("/var/run/secrets/purgatory/kafka-tls/")
+            stand_in = secrets / variable
+            stand_in.write_text("-----BEGIN CERTIFICATE-----\n")
+            environ[variable] = str(stand_in)
     for name, value in environ.items():  # Kubernetes expands $(NAME) of earlier entries
         expanded = value
         for ref, seen in environ.items():

@@ -244,12 +244,12 @@ async def test_a_callback_to_a_reply_to_topic_that_never_takes_it_is_dead_letter
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     def no_such_topic(record: OutRecord) -> SendFailure | None:
-        if record.topic == "nowhere":
+        if record.topic == "purgatory.reply.nowhere":
             return SendFailure("KafkaTimeoutError: no metadata for 'nowhere'", retriable=True)
         return None
 
     broker = _broker(refuse=no_such_topic)
-    _register(broker, "s", "lost", [], timeout_ms=10, reply_to="nowhere")
+    _register(broker, "s", "lost", [], timeout_ms=10, reply_to="purgatory.reply.nowhere")
     _register(broker, "s", "fine", [], timeout_ms=20)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -258,7 +258,10 @@ async def test_a_callback_to_a_reply_to_topic_that_never_takes_it_is_dead_letter
         stop.set()
     assert [json.loads(r.value or b"")["op_id"] for r in broker.records(CALLBACKS)] == ["fine"]
     [letter] = [json.loads(r.value or b"") for r in broker.records(DEAD)]
-    assert letter["topic"] == "nowhere" and json.loads(letter["value"])["op_id"] == "lost"
+    assert (
+        letter["topic"] == "purgatory.reply.nowhere"
+        and json.loads(letter["value"])["op_id"] == "lost"
+    )
 
 
 async def test_sigterm_delivers_every_expiration_decided_before_the_stop(

@@ -15,7 +15,9 @@ import trio.testing
 
 from purgatory.client import ApiError, AsyncPurgatoryClient
 from purgatory.service._app import Service, topics_of
+from purgatory.service._auth import Authenticator
 from purgatory.service._http import build_app
+from purgatory.service._http_routes import ROUTES
 from purgatory.service._openapi import build_openapi, load_openapi
 from purgatory.service._settings import Settings
 from reaper import Clock
@@ -74,9 +76,8 @@ async def running(
     ):
         service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
         if token is not None:
-            service.app = build_app(
-                service.state, replace(service.http_config, api_token=token), service.gate
-            )
+            config = replace(service.http_config, authenticator=Authenticator({"default": token}))
+            service.app = build_app(service.state, config, service.gate)
         transport = httpx.ASGITransport(app=service.app)
         service.ready = True
         async with trio.open_nursery() as nursery:
@@ -187,6 +188,12 @@ async def test_batch_registration_reports_each_item(autojump_clock: trio.testing
         ]
         listed = await h.client.pending("s")
         assert [o["op_id"] for o in listed["operations"]] == ["a", "b"]
+        # The client pages with the server's cursor until it is null.
+        first = await h.client.pending("s", limit=1)
+        assert [o["op_id"] for o in first["operations"]] == ["a"]
+        second = await h.client.pending("s", limit=1, cursor=first["next_cursor"])
+        assert [o["op_id"] for o in second["operations"]] == ["b"]
+        assert second["next_cursor"] is None
 
 
 @pytest.mark.parametrize(
@@ -307,8 +314,10 @@ def test_the_openapi_document_in_the_repository_is_up_to_date() -> None:
 
 
 def test_every_route_is_documented() -> None:
-    app = build_app.__globals__  # the routes are listed once, in build_app
-    documented = {path for path in load_openapi()["paths"]}
+    documented = {
+        (path, method.upper()) for path, item in load_openapi()["paths"].items() for method in item
+    }
+    assert documented == {(route.path, route.method) for route in ROUTES}  # one table for both
     routes = {
         "/v1/operations",
         "/v1/operations:batch",
@@ -316,10 +325,11 @@ def test_every_route_is_documented() -> None:
         "/v1/operation/wait",
         "/v1/signals",
         "/v1/watermarks",
+        "/v1/overview",
+        "/ui",
         "/healthz",
         "/readyz",
         "/metrics",
         "/openapi.json",
     }
-    assert app is not None
-    assert routes == documented
+    assert routes == {path for path, _ in documented}

@@ -37,6 +37,10 @@ ENGINE = EngineStatistics(
     late=2,
     sequence=104,
     clock_ms=1_000,
+    pending_bytes=24_000,
+    remembered_signals=5,
+    remembered_bytes=2_500,
+    finished_bytes=90_000,
 )
 EXECUTOR = ExecutorStatistics(
     queued=7,
@@ -152,7 +156,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 40
+    assert len(metrics.names()) == 43
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
@@ -183,6 +187,9 @@ def test_gauges_are_computed_at_scrape_time() -> None:
     assert value(first, "purgatory_timer_buckets") == 4
     assert value(first, "purgatory_timer_levels") == 2
     assert value(first, "purgatory_signals_remembered") == 5
+    assert value(first, "purgatory_pending_bytes") == 24_000
+    assert value(first, "purgatory_remembered_bytes") == 2_500
+    assert value(first, "purgatory_finished_bytes") == 90_000
     assert value(first, "purgatory_watermark_scopes") == 1
     assert value(first, "purgatory_late_expirations") == 2
     assert value(first, "purgatory_outcome_sequence") == 104

@@ -238,7 +238,7 @@ def test_secrets_never_show() -> None:
             " PURGATORY_KAFKA_SECURITY_PROTOCOL is PLAINTEXT",
         ),
         (
-            {"PURGATORY_KAFKA_SECURITY_PROTOCOL": "SSL", "PURGATORY_KAFKA_SSL_KEYFILE": "/k"},
+            {"PURGATORY_KAFKA_SECURITY_PROTOCOL": "SSL", "PURGATORY_KAFKA_SSL_KEYFILE": __file__},
             "PURGATORY_KAFKA_SSL_KEYFILE: needs PURGATORY_KAFKA_SSL_CERTFILE as well",
         ),
         (
@@ -270,18 +270,22 @@ def test_cross_field_rules(environ: dict[str, str], message: str) -> None:
     assert error_of(environ) == message
 
 
-def test_plain_sasl_and_mutual_tls_pass() -> None:
+def test_plain_sasl_and_mutual_tls_pass(tmp_path: Path) -> None:
+    files = {}
+    for name in ("ca", "crt", "key"):  # the files must exist and be readable
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text("-----BEGIN-----\n")
     s = Settings.from_env(
         {
             **SASL,
             "PURGATORY_KAFKA_SASL_MECHANISM": "PLAIN",
-            "PURGATORY_KAFKA_SSL_CAFILE": "/tls/ca.pem",
-            "PURGATORY_KAFKA_SSL_CERTFILE": "/tls/crt.pem",
-            "PURGATORY_KAFKA_SSL_KEYFILE": "/tls/key.pem",
+            "PURGATORY_KAFKA_SSL_CAFILE": str(files["ca"]),
+            "PURGATORY_KAFKA_SSL_CERTFILE": str(files["crt"]),
+            "PURGATORY_KAFKA_SSL_KEYFILE": str(files["key"]),
         }
     )
     assert s.kafka_sasl_mechanism is SaslMechanism.PLAIN
-    assert s.kafka_ssl_keyfile == "/tls/key.pem"
+    assert s.kafka_ssl_keyfile == str(files["key"])
 
 
 def test_overrides_win_and_are_validated() -> None:

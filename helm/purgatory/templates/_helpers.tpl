@@ -96,6 +96,13 @@ Where the mounted secrets and files live in the container.
 */}}
 {{- define "purgatory.saslDir" -}}/var/run/secrets/purgatory/kafka-sasl{{- end }}
 {{- define "purgatory.tlsDir" -}}/var/run/secrets/purgatory/kafka-tls{{- end }}
+{{- /* The Secret holding the API token: the existing one, the generated one, or none. */}}
+{{- define "purgatory.apiTokenSecret" -}}
+{{- if .Values.apiToken.existingSecret }}{{ .Values.apiToken.existingSecret }}
+{{- else if .Values.apiToken.generate }}{{ include "purgatory.fullname" . }}-api-token
+{{- end }}
+{{- end }}
+
 {{- define "purgatory.apiTokenDir" -}}/var/run/secrets/purgatory/api-token{{- end }}
 {{- define "purgatory.partitionsDir" -}}/etc/purgatory/partitions{{- end }}
 

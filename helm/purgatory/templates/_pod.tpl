@@ -100,8 +100,10 @@ spec:
       {{- if .Values.kafka.sasl.existingSecret }}
       {{- $env = append $env (dict "name" "PURGATORY_KAFKA_SASL_PASSWORD_FILE" "value" (printf "%s/password" (include "purgatory.saslDir" .))) }}
       {{- end }}
-      {{- if .Values.apiToken.existingSecret }}
+      {{- if include "purgatory.apiTokenSecret" . }}
       {{- $env = append $env (dict "name" "PURGATORY_API_TOKEN_FILE" "value" (printf "%s/token" (include "purgatory.apiTokenDir" .))) }}
+      {{- else }}
+      {{- $env = append $env (dict "name" "PURGATORY_ALLOW_UNAUTHENTICATED" "value" "true") }}
       {{- end }}
       {{- with $env }}
       env:
@@ -161,7 +163,7 @@ spec:
           mountPath: {{ include "purgatory.tlsDir" . }}
           readOnly: true
         {{- end }}
-        {{- if .Values.apiToken.existingSecret }}
+        {{- if include "purgatory.apiTokenSecret" . }}
         - name: api-token
           mountPath: {{ include "purgatory.apiTokenDir" . }}
           readOnly: true
@@ -205,16 +207,14 @@ spec:
           {{- end }}
     {{- end }}
     {{- end }}
-    {{- with .Values.apiToken }}
-    {{- if .existingSecret }}
+    {{- with include "purgatory.apiTokenSecret" . }}
     - name: api-token
       secret:
-        secretName: {{ .existingSecret }}
+        secretName: {{ . }}
         defaultMode: 0440
         items:
-          - key: {{ .key }}
+          - key: {{ ternary $.Values.apiToken.key "token" (ne $.Values.apiToken.existingSecret "") }}
             path: token
-    {{- end }}
     {{- end }}
     {{- if include "purgatory.ordinal" . }}
     - name: partitions
