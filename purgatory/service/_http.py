@@ -65,11 +65,13 @@ from purgatory.service._http_common import (
 )
 from purgatory.service._http_routes import ROUTES
 from purgatory.service._http_table import ApiRoute
+from purgatory.service._logging import get_logger
 from purgatory.service._state import NotServingError, ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
 
 
+_log = get_logger()
 _UNKNOWN_PATH = "(unknown)"  # the route label of requests no route matches
 
 
@@ -123,7 +125,20 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
     except UsageError as exc:
         response = _error(422, str(exc), None)
     elapsed_s = trio.current_time() - start
-    ctx.config.observe(label, request.method, response.status_code, elapsed_s, client)
+    status = response.status_code
+    ctx.config.observe(label, request.method, status, elapsed_s, client)
+    if status == 401:  # who tried, from where: the only clue an operator gets
+        peer = request.client.host if request.client is not None else None
+        _log.warning("http_unauthorized", route=label, method=request.method, peer=peer)
+    else:  # free when debug is off (the level filter drops it before formatting)
+        _log.debug(
+            "http_request",
+            route=label,
+            method=request.method,
+            status=status,
+            client=client,
+            ms=round(elapsed_s * 1000, 2),
+        )
     return response
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
+import structlog
+import structlog.testing
 import trio
 import trio.testing
 from hypercorn.trio import serve
@@ -292,6 +294,21 @@ async def test_tokens_name_the_client_and_a_missing_or_wrong_one_is_a_401(
             assert answer.status_code == 200
         assert (await http.get("/healthz")).status_code == 200  # probes stay open
         assert [client for *_, client in observed] == ["spark", "cli", "anonymous"]
+
+
+async def test_the_log_names_the_client_and_warns_of_a_401(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with api(tokens={"spark": SPARK}) as (_, http, _):
+        with structlog.testing.capture_logs() as logs:
+            headers = {"Authorization": f"Bearer {SPARK}"}
+            await http.post("/v1/signals", json={"signals": []}, headers=headers)
+            await http.post("/v1/signals", json={"signals": []})
+    events = [(e["event"], e.get("client"), e.get("status")) for e in logs]
+    assert ("http_request", "spark", 200) in events
+    [warning] = [e for e in logs if e["event"] == "http_unauthorized"]
+    assert (warning["log_level"], warning["route"]) == ("warning", "/v1/signals")
+    assert SPARK not in repr(logs)  # a token never reaches the log
 
 
 async def test_a_limit_is_a_429_with_retry_after(autojump_clock: trio.testing.MockClock) -> None:
