@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench bench-spark bench-restore bench-scale install clean
+.PHONY: demo check test bench bench-spark bench-restore bench-scale install prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,14 +12,47 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,service,spark]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) prometheus
 
-## The main job, end to end on embedded defaults.
+## Prometheus and promtool from Debian's prometheus package, unpacked into the venv (no root, no
+## daemon): the monitoring tests check and unit-test the chart's alerts and scrape the service.
+## Only libc is needed at run time; the package's other dependencies serve its web console.
+PROMETHEUS_DIR := $(VENV)/prometheus
+PROMTOOL := $(PROMETHEUS_DIR)/usr/bin/promtool
+
+prometheus: $(PROMTOOL)
+
+$(PROMTOOL):
+	rm -rf $(PROMETHEUS_DIR) && mkdir -p $(PROMETHEUS_DIR)
+	cd $(PROMETHEUS_DIR) && { apt-get download prometheus 2>/dev/null \
+		|| { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get download prometheus; } \
+		|| { echo "cannot download Debian's prometheus package (as root: apt-get update)" >&2; exit 1; }; }
+	dpkg-deb -x $(PROMETHEUS_DIR)/prometheus_*.deb $(PROMETHEUS_DIR)
+	rm -f $(PROMETHEUS_DIR)/prometheus_*.deb
+	$(PROMTOOL) --version
+
+## Debian's Chromium for the browser test of the page at /ui (tests/service/test_ui.py), which
+## Playwright drives; never `playwright install`, whose download host is not reachable. Installed
+## with apt-get, as root, only when /usr/bin/chromium is missing.
+CHROMIUM := /usr/bin/chromium
+.PHONY: chromium
+install: chromium
+check: chromium
+chromium: $(CHROMIUM)
+
+$(CHROMIUM):
+	[ "$$(id -u)" = 0 ] || { echo "Debian's chromium is missing: as root, make install (or apt-get install chromium)" >&2; exit 1; }
+	export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq chromium >/dev/null \
+		|| { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+		|| { echo "cannot install Debian's chromium package (as root: apt-get update)" >&2; exit 1; }
+	$(CHROMIUM) --version
+
+## The main job, end to end on embedded defaults (purgatory-pipeline: spark_bridge/demo.py).
 demo: $(STAMP)
-	$(BIN)/purgatory demo
+	$(BIN)/python -m spark_bridge.demo
 
 ## The gate: format, lint, types, import contracts, the whole test suite (what CI runs).
-check: $(STAMP)
+check: $(STAMP) prometheus
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -1,4 +1,4 @@
-"""The README documents every setting and every metric the service has."""
+"""The service's page (docs/service.md) documents every setting and every metric it has."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings
 
-README = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+README = (Path(__file__).parent.parent / "docs" / "service.md").read_text("utf-8")
 
 
 def test_every_setting_is_documented() -> None:
     missing = [name for name, _, _ in Settings.describe() if f"`{name}`" not in README]
-    assert not missing, f"README lacks {missing}"
+    assert not missing, f"docs/service.md lacks {missing}"
 
 
 def test_every_metric_is_documented() -> None:
     missing = [name for name in sorted(Metrics().names()) if f"`{name}" not in README]
-    assert not missing, f"README lacks {missing}"
+    assert not missing, f"docs/service.md lacks {missing}"

@@ -1,4 +1,13 @@
-"""A small client for purgatory's HTTP API: blocking and trio flavours with the same methods."""
+"""A small client for purgatory's HTTP API: blocking and trio flavours with the same methods.
+
+* :class:`PurgatoryClient` -- the blocking client (``register``, ``register_many``, ``get``,
+  ``wait``, ``cancel``, ``pending``, ``signal``, ``signals``, ``watermark``);
+* :class:`AsyncPurgatoryClient` -- the same methods for trio;
+* :func:`operation` -- the body of one registration, for ``register_many``;
+* :class:`ApiError` -- the service answered an error: its ``status`` and the ``field`` named.
+
+A request that cannot reach the service raises :class:`purgatory.TransportError`.
+"""
 
 from purgatory.client._clients import AsyncPurgatoryClient, PurgatoryClient
 from purgatory.client._requests import ApiError, operation

@@ -1,12 +1,16 @@
 """The trio shell around the core: HTTP API, Kafka intake and callbacks, metrics, logs, CLI.
 
-Imports trio, Kafka and the web stack; the core never does. The composition root is
-:func:`run_service`; the command line is :func:`main` (``purgatory serve|dev|op|signal|...``).
+Imports trio, Kafka and the web stack; the core never does, and nothing here knows of Spark
+(an import-linter contract checks both). Public names:
+
+* :func:`main` -- the command line, ``purgatory serve|snapshotter|dev|op|signal|watermark``
+  and ``purgatory demo --engine`` (the whole-pipeline demo is :mod:`spark_bridge.demo`);
+* :func:`run_service` -- the composition root: the service in a trio nursery, until stopped;
+* :class:`Settings` -- every setting, read once from the ``PURGATORY_*`` environment.
 """
 
 from purgatory.service._app import run_service
 from purgatory.service._cli import main
-from purgatory.service._demo import DemoResult, run_demo
 from purgatory.service._settings import Settings
 
-__all__ = ["DemoResult", "Settings", "main", "run_demo", "run_service"]
+__all__ = ["Settings", "main", "run_service"]

@@ -9,7 +9,7 @@ The API is synchronous: start it before ``trio.run`` (or in a thread) and share 
 The broker must not outlive its owner, however the owner dies. ``stop`` and a finalizer cover
 every exit that runs Python code; for the rest (SIGKILL, the OOM killer, a crash) an owner that
 starts it from the main thread passes ``die_with_parent=True`` (``purgatory dev`` and
-``purgatory demo`` do, for the broker and the demo's service child alike). Decisions:
+``purgatory-pipeline`` do, for the broker and the demo's service child alike). Decisions:
 
 - On Linux the kernel kills the child: it runs with ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, which
   survives ``execve``. It is set by a tiny wrapper (``with_pdeathsig``: ``python -I -S -c ...``
@@ -72,6 +72,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
+from purgatory.service._kafka_config import no_topic_creation
 
 __all__ = ["EmbeddedBroker", "free_port", "with_pdeathsig"]
 
@@ -266,7 +267,9 @@ class EmbeddedBroker:
                     f"need a topic name and partitions >= 1, got {name!r}: {partitions}"
                 )
         try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap_servers, **no_topic_creation(admin=True)
+            )
             try:
                 existing = set(admin.list_topics())
                 missing = {n: p for n, p in names.items() if n not in existing}
@@ -312,6 +315,7 @@ class EmbeddedBroker:
                     bootstrap_servers=self.bootstrap_servers,
                     bootstrap_timeout_ms=_PROBE_TIMEOUT_MS,
                     request_timeout_ms=_PROBE_TIMEOUT_MS,
+                    **no_topic_creation(admin=True),
                 )
             except KafkaError:
                 continue

@@ -2,9 +2,10 @@
 
 ``serve`` runs the service as configured by ``PURGATORY_*`` variables (flags override them);
 ``dev`` starts the embedded broker on a free loopback port, creates the topics and serves
-against it; ``op``, ``signal`` and ``watermark`` call a running service's HTTP API; ``demo``
-runs the whole pipeline (embedded broker, the service, Spark jobs), and ``demo --engine`` plays
-the typical uses on the engine alone, in-process. Bad arguments and settings are answered with
+against it; ``op``, ``signal`` and ``watermark`` call a running service's HTTP API;
+``demo --engine`` plays the typical uses on the engine alone, in-process. The whole-pipeline demo
+(embedded broker, the service, Spark jobs) lives on the Spark side, ``purgatory-pipeline``:
+``demo`` without ``--engine`` says so and exits 2. Bad arguments and settings are answered with
 a message that names them and exit status 2; an error answer from the service prints its field
 and exits 1.
 """
@@ -29,6 +30,7 @@ from reaper import Clock
 __all__ = ["main"]
 
 _DEFAULT_URL = "http://127.0.0.1:8080"
+_PIPELINE = "`purgatory-pipeline` (or `python -m spark_bridge.demo`, `make demo`)"
 
 
 def _bounded_float(text: str) -> float:
@@ -55,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser(
-        "demo", help="run the whole pipeline: embedded broker, the service and Spark jobs"
+        "demo",
+        help="--engine: the typical uses on the engine, in-process (the whole pipeline "
+        f"moved to {_PIPELINE})",
     )
     demo.add_argument(
         "--engine", action="store_true", help="play the typical uses on the engine in-process"
@@ -103,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--timeout-ms", type=int, default=30_000)
     listing = ops.add_parser("list", parents=[client_args], help="pending operations of a scope")
     listing.add_argument("--scope", required=True)
+    listing.add_argument("--limit", type=int, help="at most this many (default 100)")
+    listing.add_argument("--cursor", help="the next_cursor of the page before")
 
     sig = commands.add_parser("signal", parents=[client_args], help="publish a signal")
     sig.add_argument("--scope", required=True)
@@ -138,7 +144,7 @@ def _client_call(args: argparse.Namespace) -> Any:
                 reply_to=args.reply_to,
             )
         if args.op_command == "list":
-            return client.pending(args.scope)
+            return client.pending(args.scope, limit=args.limit, cursor=args.cursor)
         if args.op_command == "wait":
             return client.wait(args.scope, args.op_id, args.timeout_ms)
         if args.op_command == "cancel":
@@ -157,9 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     args = _parser().parse_args(argv)
     if args.command == "demo" and not args.engine:
-        from purgatory.service._pipeline import run_pipeline  # noqa: PLC0415 - starts Spark
-
-        return run_pipeline()
+        print(
+            "purgatory demo: the whole-pipeline demo (embedded broker, the service, Spark jobs) "
+            f"moved to the Spark side: run {_PIPELINE}; "
+            "`purgatory demo --engine` plays the engine alone, in-process",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "demo":
 
         async def demo() -> None:

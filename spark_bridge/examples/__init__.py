@@ -7,5 +7,6 @@
   inactivity timer per entity and publishes its watermark; a second streaming query reads the
   callbacks and writes the closed sessions.
 
-``purgatory demo`` runs both end to end on an embedded broker and a local service.
+``purgatory-pipeline`` (``make demo``) runs both end to end on an embedded broker and a local
+service.
 """

@@ -73,7 +73,7 @@ import httpx
 from purgatory._codec import SignalInput, SignalRecord, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
 from purgatory.service._broker import EmbeddedBroker
-from purgatory.service._pipeline import service_process
+from purgatory.service._child import service_process
 from purgatory.service._settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
@@ -279,7 +279,7 @@ class ServiceProcess:
     """The service as a child process on ``broker``, with topics of its own; a context manager.
 
     Entering creates the topics and starts the service with
-    :func:`purgatory.service._pipeline.service_process` (``purgatory serve``, ready once
+    :func:`purgatory.service._child.service_process` (``purgatory serve``, ready once
     ``/readyz`` answers 200); leaving sends SIGTERM and waits for the exit (killing it if it
     does not stop in time). ``journal`` is ``PURGATORY_JOURNAL``: with it (the default) the
     service journals every input to its changelog topic and ``serve`` starts a snapshotter

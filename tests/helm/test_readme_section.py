@@ -1,4 +1,5 @@
-"""The README's Kubernetes section: its install example installs, and the values it names exist.
+"""The Kubernetes page (docs/kubernetes.md): its install example installs, and the values it
+names exist.
 
 The section is what an operator follows; these tests render its example exactly as written and
 hold its names and defaults to the chart's.
@@ -17,8 +18,7 @@ from tests.helm._chart import chart, load_objects, load_values_file
 
 pytestmark = pytest.mark.helm
 
-_README = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
-SECTION = _README[_README.index("\n## Kubernetes\n") : _README.index("\n## Development\n")]
+SECTION = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text("utf-8")
 FLAT = re.sub(r"\s+", " ", SECTION)  # prose wraps anywhere
 _VALUE_ROOTS = (
     "apiToken",

@@ -181,7 +181,7 @@ def test_sigkill_of_purgatory_dev_takes_its_broker_down(tmp_path: Path) -> None:
 _SERVICE_OWNER = """\
 import signal, sys
 from pathlib import Path
-from purgatory.service._pipeline import service_process
+from purgatory.service._child import service_process
 names = dict(arg.split("=", 1) for arg in sys.argv[3:])
 with service_process(sys.argv[1], Path(sys.argv[2]), names, die_with_parent=True) as child:
     print("service pid", child.pid, flush=True)

@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from purgatory.service import main, run_demo
-from purgatory.service._demo import summarize
+from purgatory.service import main
+from purgatory.service._demo import run_demo, summarize
 from reaper import Clock
 
 

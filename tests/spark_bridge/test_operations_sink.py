@@ -12,7 +12,7 @@ import pytest
 
 from purgatory._codec import RegisterRequest, WatermarkRecord, decode_requests_record
 from purgatory._core import Condition, TimeDomain
-from spark_bridge import OperationsDataSource
+from spark_bridge._operations_sink import OperationsDataSource
 from tests.spark_bridge._support import failure, read_records
 from tests.spark_bridge._support import writer as sink_writer
 

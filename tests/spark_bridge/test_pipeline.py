@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from purgatory.service._pipeline import service_process
+from purgatory.service._child import service_process
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -241,7 +241,7 @@ def test_a_bad_row_fails_its_micro_batch_and_a_restart_loses_nothing(
 def test_the_demo_runs_the_whole_pipeline_and_every_check_holds(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
     done = subprocess.run(
-        [sys.executable, "-m", "purgatory.service._cli", "demo"],
+        [sys.executable, "-m", "spark_bridge.demo"],
         env=env,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 
 from purgatory._codec import SignalRecord, WatermarkRecord, decode_signal
 from purgatory.service._broker import free_port
-from spark_bridge import SignalsDataSource
+from spark_bridge._signals_sink import SignalsDataSource
 from tests.spark_bridge._support import failure, read_records
 from tests.spark_bridge._support import writer as sink_writer
 

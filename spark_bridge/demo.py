@@ -1,0 +1,155 @@
+"""The whole pipeline on embedded defaults, from one command (Spark side: the main job).
+
+``purgatory-pipeline`` (``python -m spark_bridge.demo``, ``make demo``) starts the embedded
+broker (Tansu) and creates the topics, starts the service as its own process against it
+(``purgatory serve``, as in production), starts a local Spark (``local[2]``), and runs the two
+example jobs of :mod:`spark_bridge.examples`:
+
+* the **barrier**, twice: run ``2026-11-22`` where the three upstream jobs signal and the report
+  proceeds, and run ``2026-11-23`` where ``stock`` fails, so the barrier expires at its
+  deadline and names the missing key;
+* the **inactivity** sessions over event-time clicks, checked against the plain rule.
+
+It then reads every callback of the run into Spark through the ``purgatory-callbacks`` source,
+prints them with a short summary, stops everything, and exits 0 only if every check held.
+Nothing outside a temporary directory and loopback ports is touched.
+
+This module composes both sides, so it is the one place on the Spark side that imports the
+service: its development broker, its child process and its default settings, to start them
+(an import-linter contract allows exactly these imports). The jobs themselves still talk to the
+service only through Kafka and HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._child import service_process
+from purgatory.service._settings import Settings
+from spark_bridge._session import local_session
+from spark_bridge.examples.barrier import run_barrier
+from spark_bridge.examples.inactivity import BASE_MS, EVENTS, expected_sessions, run_inactivity
+
+__all__ = ["main", "run_pipeline"]
+
+_PARTITIONS = 2
+
+
+def _callback_line(row: Any) -> str:
+    missing = f" missing={list(row['missing'])}" if row["missing"] else ""
+    return (
+        f"  {row['outcome']:<9} {row['scope']}/{row['op_id']} signalled={len(row['keys'])}"
+        f"{missing} time={row['time_domain']} deadline_ms={row['deadline_ms']}"
+    )
+
+
+def run_pipeline(show: Callable[[str], None] = print) -> int:
+    """Run the whole pipeline once, on the main thread.
+
+    Args:
+        show: receives each line of the report.
+
+    Returns:
+        The exit status: 0 when every check held, 1 otherwise.
+
+    Raises:
+        TransportError: the embedded broker did not start.
+        ConfigError: the service did not start (with its log's tail).
+    """
+    topics = Settings()
+    checks: dict[str, bool] = {}
+    counts: Counter[str] = Counter()
+    # Run on the main thread, the broker and the service may die with this process even when
+    # it is SIGKILLed (see purgatory.service._broker); the local Spark's JVM already exits when
+    # its Python driver goes (it reads the driver's pipe until EOF).
+    with (
+        tempfile.TemporaryDirectory(prefix="purgatory-demo-") as tmp,
+        EmbeddedBroker(die_with_parent=True) as broker,
+    ):
+        work = Path(tmp)
+        broker.create_topics(
+            {
+                t: _PARTITIONS
+                for t in (
+                    topics.topic_requests,
+                    topics.topic_signals,
+                    topics.topic_callbacks,
+                    topics.topic_dead_letters,
+                    topics.topic_changelog,
+                    topics.topic_snapshots,
+                )
+            }
+        )
+        show(f"broker: Tansu at {broker.bootstrap_servers}")
+        with service_process(
+            broker.bootstrap_servers,
+            work / "service.log",
+            partitions=_PARTITIONS,
+            die_with_parent=True,
+        ) as child:
+            url = child.url
+            show(f"service: {url} (log {work / 'service.log'})")
+            spark = local_session(app_name="purgatory-demo")
+            show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")
+            try:
+                show("\n== barrier: three upstream jobs, one downstream report ==")
+                ok = run_barrier(spark, bootstrap_servers=broker.bootstrap_servers,
+                                 service_url=url, run="2026-11-22", work_dir=work / "barrier",
+                                 show=show)  # fmt: skip
+                late = run_barrier(spark, bootstrap_servers=broker.bootstrap_servers,
+                                   service_url=url, run="2026-11-23", work_dir=work / "barrier",
+                                   fail=("stock",), deadline_in_ms=8_000, show=show)  # fmt: skip
+                checks["barrier completed, report ran"] = ok.proceeded
+                checks["barrier expired, stock named"] = not late.proceeded and late.outcome[
+                    "missing"
+                ] == ["ingest/stock@2026-11-23"]
+
+                show("\n== inactivity: event-time sessions closed by re-armed timers ==")
+                gap_ms = 30_000
+                result = run_inactivity(
+                    spark, bootstrap_servers=broker.bootstrap_servers, work_dir=work / "clicks",
+                    gap_ms=gap_ms, show=show,
+                )  # fmt: skip
+                expected = expected_sessions(EVENTS, gap_ms=gap_ms, delay_ms=0, base_ms=BASE_MS)
+                checks["sessions match the inactivity rule"] = result.sessions == expected
+
+                show("\n== the callbacks Spark consumed (purgatory-callbacks, batch read) ==")
+                rows = (
+                    spark.read.format("purgatory-callbacks")
+                    .option("bootstrap_servers", broker.bootstrap_servers)
+                    .option("topic", topics.topic_callbacks)
+                    .load()
+                    .orderBy("outcome_ms", "scope", "op_id")
+                    .collect()
+                )
+                for row in rows:
+                    show(_callback_line(row))
+                counts.update(row["outcome"] for row in rows)
+                checks["every callback read back"] = len(rows) == 2 + len(expected)
+            finally:
+                spark.stop()
+    show("\nsummary: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
+    for name, held in checks.items():
+        show(f"  [{'ok' if held else 'FAILED'}] {name}")
+    return 0 if checks and all(checks.values()) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (``purgatory-pipeline``); returns the process exit status."""
+    argparse.ArgumentParser(
+        prog="purgatory-pipeline",
+        description="Run the whole pipeline on embedded defaults: the broker, the service "
+        "(purgatory serve) and the example Spark jobs; exit 0 only if every check held.",
+    ).parse_args(argv)
+    return run_pipeline()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The README and docs: short front door, links that resolve, Markdown that renders, and every
+command they show either run here or by the test named beside it.
+
+The README's first operation is run for real: its CLI lines against ``purgatory dev`` (the
+embedded broker and the service, on free loopback ports), then its Python example.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from purgatory.service._broker import free_port
+
+ROOT = Path(__file__).parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_SHELLS = ("sh", "bash", "console", "shell")
+
+# Commands the pages show that this file does not run itself: who runs them, or why nothing
+# here can (no cluster, no registry, no user Prometheus on these machines).
+ELSEWHERE = {
+    "make demo": "tests/spark_bridge/test_pipeline.py runs the demo's entry point end to end",
+    "make check": ".ci/run (CI) runs it on a clean clone",
+    "make bench": "tests/benchmarks/test_service_smoke.py runs the benchmarks' code paths",
+    "make bench-spark": "tests/benchmarks run the Spark benchmark's code paths",
+    "helm": "tests/helm render the chart with the Helm SDK (no cluster here)",
+    "kubectl": "needs a cluster: tests/helm check what it would apply",
+    "docker": "needs a registry: tests/helm/test_image.py checks the Dockerfile",
+    "curl": "against a user's own Prometheus or pod: tests/monitoring/test_e2e.py queries ours",
+    "promtool": "tests/monitoring/test_rules.py runs promtool check/test rules on the same files",
+    ".venv/bin/python": "tests/monitoring/test_rules.py renders the rules the same way",
+    "purgatory-pipeline": "tests/spark_bridge/test_pipeline.py",
+}
+
+
+def _blocks(page: Path) -> Iterator[tuple[str, str]]:
+    for token in MarkdownIt().parse(page.read_text("utf-8")):
+        if token.type == "fence":
+            yield token.info.strip(), token.content
+
+
+def _commands(script: str) -> Iterator[str]:
+    """Each command of a shell block: continuation lines joined, comments dropped."""
+    joined = script.replace("\\\n", " ")
+    for line in joined.splitlines():
+        command = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if command:
+            yield command
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    assert len(lines) <= 300, len(lines)
+    text = "\n".join(lines)
+    for page in ("engine", "service", "spark", "kubernetes", "security", "performance"):
+        assert f"(docs/{page}.md)" in text, page
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_link_resolves(page: Path) -> None:
+    for target in _LINK.findall(page.read_text("utf-8")):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        assert file.exists(), f"{page.name}: {target} does not exist"
+        if anchor and file.suffix == ".md":
+            slugs = {_slug(t.content) for t in _headings(file)}
+            assert anchor in slugs, f"{page.name}: no heading #{anchor} in {file.name}"
+
+
+def _headings(page: Path) -> Iterator[Token]:
+    tokens = MarkdownIt().parse(page.read_text("utf-8"))
+    for before, token in itertools.pairwise(tokens):
+        if before.type == "heading_open":
+            yield token
+
+
+def _slug(text: str) -> str:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_page_renders(page: Path) -> None:
+    text = page.read_text("utf-8")
+    assert text.count("```") % 2 == 0, "an unclosed code fence"
+    html = MarkdownIt("commonmark").enable("table").render(text)
+    assert html.count("<h1>") == 1, "one title per page"
+    for image in re.findall(r'<img src="([^"]+)"', html):
+        assert (page.parent / image).exists(), image
+
+
+def test_every_command_shown_is_run_here_or_by_a_named_test() -> None:
+    unknown = []
+    for page in PAGES:
+        for info, script in _blocks(page):
+            if info not in _SHELLS:
+                continue
+            for command in _commands(script):
+                words = shlex.split(command.rstrip("&").strip(), comments=True)
+                head = " ".join(words[:2]) if words[0] == "make" else words[0]
+                if head in ELSEWHERE or head in ("purgatory", "export", "kill"):
+                    continue
+                if words[0].endswith("/purgatory"):  # .venv/bin/purgatory dev
+                    continue
+                unknown.append(f"{page.name}: {command}")
+    assert not unknown, "commands no test runs:\n" + "\n".join(unknown)
+
+
+@pytest.mark.kafka
+def test_the_readme_first_operation_runs_as_shown(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("## A first operation", 1)[1].split("\n## ", 1)[0]
+    blocks = list(_section_blocks(section))
+    shell = next(content for info, content in blocks if info == "sh")
+    python = next(content for info, content in blocks if info == "python")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
+    dev = subprocess.Popen(
+        [str(Path(sys.executable).parent / "purgatory"), "dev", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(url)
+        answers = []
+        for command in _commands(shell):
+            words = shlex.split(command)
+            if words[0] != "purgatory":
+                continue  # starting dev, PATH, kill: done by this test
+            done = subprocess.run(
+                [str(Path(sys.executable).parent / "purgatory"), *words[1:], "--url", url],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            answers.append(done.stdout)
+        outcomes = [json.loads(answer) for answer in answers]
+        assert outcomes[2] == {"accepted": 1, "completed": 1}  # as the README says
+        assert outcomes[3]["outcome"]["outcome"] == "completed"
+        assert outcomes[3]["outcome"]["payload"] == {"job": "report"}
+        assert outcomes[5]["outcome"]["outcome"] == "expired"
+        assert outcomes[5]["outcome"]["missing"] == ["never"]
+        script = tmp_path / "first.py"
+        script.write_text(python.replace("http://127.0.0.1:8080", url))
+        ran = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert ran.stdout.startswith("completed ['ingest/orders@2026-11-22'"), ran.stdout
+    finally:
+        dev.terminate()
+        dev.wait(timeout=30)
+
+
+def _section_blocks(text: str) -> Iterator[tuple[str, str]]:
+    for token in MarkdownIt().parse(text):
+        if token.type == "fence":
+            yield token.info.strip(), token.content
+
+
+def _wait_ready(url: str) -> None:
+    async def poll() -> None:
+        with trio.fail_after(60):  # a bounded wait for the broker, the topics and the service
+            async with httpx.AsyncClient() as http:
+                while True:
+                    try:
+                        if (await http.get(f"{url}/readyz", timeout=1)).status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass
+                    await trio.sleep(0.2)
+
+    trio.run(poll)
