@@ -66,6 +66,21 @@ async def running(
         max_deadline_ahead_ms=86_400_000,
         topic_partitions=1,
     )
+    async with serving(settings, Clock(offset_ms=EPOCH_MS)) as (service, broker):
+        if token is not None:
+            config = replace(service.http_config, authenticator=Authenticator({"default": token}))
+            service.app = build_app(service.state, config, service.gate)
+        transport = httpx.ASGITransport(app=service.app)
+        async with (
+            AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
+            httpx.AsyncClient(base_url="http://api", transport=transport) as http,
+        ):
+            yield Harness(client, http, service, broker)
+
+
+@asynccontextmanager
+async def serving(settings: Settings, clock: Clock) -> AsyncIterator[tuple[Service, FakeBroker]]:
+    """A ready service over a new in-memory broker, its loops running (cancelled at exit)."""
     broker = FakeBroker({t: 1 for t in topics_of(settings)})
     fake = FakeTransport(broker)
     topics = [settings.topic_requests, settings.topic_signals]
@@ -74,11 +89,7 @@ async def running(
         fake.open_reader() as reader,
         fake.open_source(topics=topics, group_id="g", assignment=None) as source,
     ):
-        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
-        if token is not None:
-            config = replace(service.http_config, authenticator=Authenticator({"default": token}))
-            service.app = build_app(service.state, config, service.gate)
-        transport = httpx.ASGITransport(app=service.app)
+        service = Service(settings, clock, source, sink, reader)
         service.ready = True
         async with trio.open_nursery() as nursery:
             await nursery.start(service.executor.run)
@@ -89,11 +100,7 @@ async def running(
             nursery.start_soon(service.follow_assignment)
             while not service.state.serving():
                 await trio.sleep(0.01)
-            async with (
-                AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
-                httpx.AsyncClient(base_url="http://api", transport=transport) as http,
-            ):
-                yield Harness(client, http, service, broker)
+            yield service, broker
             nursery.cancel_scope.cancel()
 
 

@@ -20,6 +20,7 @@ from purgatory.service._quotas import MEMORY_BASE_BYTES
 from purgatory.service._settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
+from tests.service.test_http import serving
 
 EPOCH_MS = 1_763_780_400_000
 SCOPE = "ingest@2026-11-22"
@@ -110,29 +111,10 @@ async def test_kafka_is_one_client_for_the_quotas(
 
 @asynccontextmanager
 async def _http(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    broker = FakeBroker({t: 1 for t in topics_of(settings)})
-    fake = FakeTransport(broker)
-    topics = [settings.topic_requests, settings.topic_signals]
-    async with (
-        fake.open_sink() as sink,
-        fake.open_reader() as reader,
-        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
-    ):
-        service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
-        service.ready = True
-        async with trio.open_nursery() as nursery:
-            await nursery.start(service.executor.run)
-            await nursery.start(service.outbox.run)
-            assert service.changelog is not None
-            await nursery.start(service.changelog.run)
-            await nursery.start(service.reaper.run)
-            nursery.start_soon(service.follow_assignment)
-            while not service.state.serving():
-                await trio.sleep(0.01)
-            transport = httpx.ASGITransport(app=service.app)
-            async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
-                yield http
-            nursery.cancel_scope.cancel()
+    async with serving(settings, Clock(offset_ms=EPOCH_MS)) as (service, _):
+        transport = httpx.ASGITransport(app=service.app)
+        async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
+            yield http
 
 
 ALICE, BOB = "a" * 24, "b" * 24

@@ -28,13 +28,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from purgatory.service._app import Service, topics_of
 from purgatory.service._http_routes import ROUTES
 from purgatory.service._http_server import server_config
 from purgatory.service._http_table import ApiRoute
 from purgatory.service._settings import Settings
 from reaper import Clock
-from tests.service.fake_kafka import FakeBroker, FakeTransport
+from tests.service.test_http import serving
 
 EXAMPLES = 50  # per route and mode (20 runs): well under a minute on 2 cores
 CHECKS = [
@@ -57,27 +56,10 @@ async def _serve_api(started: queue.Queue[str], stop: threading.Event) -> None:
         max_deadline_ahead_ms=86_400_000,
         topic_partitions=1,
     )
-    broker = FakeBroker({t: 1 for t in topics_of(settings_)})
-    fake = FakeTransport(broker)
-    topics = [settings_.topic_requests, settings_.topic_signals]
-    async with (
-        fake.open_sink() as sink,
-        fake.open_reader() as reader,
-        fake.open_source(topics=topics, group_id="g", assignment=None) as source,
-    ):
-        service = Service(settings_, Clock(), source, sink, reader)
-        service.ready = True
+    async with serving(settings_, Clock()) as (service, _):
         hypercorn = server_config("127.0.0.1:0", max_wait_ms=100, graceful_timeout_s=0.1)
         stopped = trio.Event()
         async with trio.open_nursery() as nursery:
-            await nursery.start(service.executor.run)
-            await nursery.start(service.outbox.run)
-            assert service.changelog is not None
-            await nursery.start(service.changelog.run)
-            await nursery.start(service.reaper.run)
-            nursery.start_soon(service.follow_assignment)
-            while not service.state.serving():
-                await trio.sleep(0.01)
             asgi: Any = service.app  # hypercorn's framework type does not name Starlette
             bound = await nursery.start(
                 partial(serve, asgi, hypercorn, shutdown_trigger=stopped.wait)
@@ -86,7 +68,6 @@ async def _serve_api(started: queue.Queue[str], stop: threading.Event) -> None:
             while not stop.is_set():
                 await trio.sleep(0.05)
             stopped.set()
-            nursery.cancel_scope.cancel()
 
 
 @pytest.fixture(scope="module")
