@@ -156,6 +156,10 @@ class Service:
         if settings.journal and self.reader is None:
             raise UsageError("a journaled service needs a reader of the changelog")
         self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
+        self.metrics.expect_records(
+            consumed=(settings.topic_requests, settings.topic_signals),
+            produced=(settings.topic_callbacks, settings.topic_dead_letters),
+        )
         self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
         self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
         self.recent = Recent(clock.now_ms)

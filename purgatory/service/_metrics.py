@@ -475,6 +475,14 @@ class Metrics:
         """Count Kafka records produced to ``topic``."""
         self._child(self._produced, topic).inc(count)
 
+    def expect_records(self, *, consumed: Iterable[str], produced: Iterable[str]) -> None:
+        """Export the consumed and produced series of these topics at 0 from the start, so the
+        first burst after a start shows in ``rate()`` and ``increase()`` (see below)."""
+        for topic in consumed:
+            self._child(self._consumed, topic)
+        for topic in produced:
+            self._child(self._produced, topic)
+
     def expect_dead_letters(
         self, topics: Iterable[str], *, reasons: Iterable[str] = ("invalid", "refused")
     ) -> None:

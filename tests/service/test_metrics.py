@@ -241,6 +241,17 @@ def test_dead_letter_series_exist_at_zero_from_the_start() -> None:
         metrics.expect_dead_letters(["cb"], reasons=("lost",))
 
 
+def test_record_series_exist_at_zero_from_the_start() -> None:
+    metrics = Metrics()
+    metrics.expect_records(consumed=["req", "sig"], produced=["cb"])
+    samples = scrape(metrics)
+    for topic in ("req", "sig"):
+        assert value(samples, "purgatory_records_consumed_total", topic=topic) == 0
+    assert value(samples, "purgatory_records_produced_total", topic="cb") == 0
+    metrics.records_consumed("sig", 3)
+    assert value(scrape(metrics), "purgatory_records_consumed_total", topic="sig") == 3
+
+
 def test_the_process_memory_is_exported() -> None:
     assert value(scrape(Metrics()), "process_resident_memory_bytes") > 1_000_000
 
