@@ -122,13 +122,9 @@ def test_every_command_shown_is_run_here_or_by_a_named_test() -> None:
     assert not unknown, "commands no test runs:\n" + "\n".join(unknown)
 
 
-@pytest.mark.kafka
-def test_the_readme_first_operation_runs_as_shown(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text("utf-8")
-    section = readme.split("## A first operation", 1)[1].split("\n## ", 1)[0]
-    blocks = list(_section_blocks(section))
-    shell = next(content for info, content in blocks if info == "sh")
-    python = next(content for info, content in blocks if info == "python")
+@pytest.fixture(scope="module")
+def dev_url() -> Iterator[str]:
+    """``purgatory dev`` on a free loopback port, as the README starts it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
@@ -140,35 +136,69 @@ def test_the_readme_first_operation_runs_as_shown(tmp_path: Path) -> None:
     )
     try:
         _wait_ready(url)
-        answers = []
-        for command in _commands(shell):
-            words = shlex.split(command)
-            if words[0] != "purgatory":
-                continue  # starting dev, PATH, kill: done by this test
-            done = subprocess.run(
-                [str(Path(sys.executable).parent / "purgatory"), *words[1:], "--url", url],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            answers.append(done.stdout)
-        outcomes = [json.loads(answer) for answer in answers]
-        assert outcomes[2] == {"accepted": 1, "completed": 1}  # as the README says
-        assert outcomes[3]["outcome"]["outcome"] == "completed"
-        assert outcomes[3]["outcome"]["payload"] == {"job": "report"}
-        assert outcomes[5]["outcome"]["outcome"] == "expired"
-        assert outcomes[5]["outcome"]["missing"] == ["never"]
-        script = tmp_path / "first.py"
-        script.write_text(python.replace("http://127.0.0.1:8080", url))
-        ran = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
-        )
-        assert ran.stdout.startswith("completed ['ingest/orders@2026-11-22'"), ran.stdout
+        yield url
     finally:
         dev.terminate()
         dev.wait(timeout=30)
+
+
+def _cli(url: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "purgatory"), *args, "--url", url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.kafka
+def test_the_readme_first_operation_runs_as_shown(dev_url: str, tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("## A first operation", 1)[1].split("\n## ", 1)[0]
+    blocks = list(_section_blocks(section))
+    shell = next(content for info, content in blocks if info == "sh")
+    python = next(content for info, content in blocks if info == "python")
+    answers = []
+    for command in _commands(shell):
+        words = shlex.split(command)
+        if words[0] != "purgatory":
+            continue  # starting dev, PATH, kill: done by the fixture
+        answers.append(_cli(dev_url, *words[1:]))
+    outcomes = [json.loads(answer) for answer in answers]
+    assert outcomes[2] == {"accepted": 1, "completed": 1}  # as the README says
+    assert outcomes[3]["outcome"]["outcome"] == "completed"
+    assert outcomes[3]["outcome"]["payload"] == {"job": "report"}
+    assert outcomes[5]["outcome"]["outcome"] == "expired"
+    assert outcomes[5]["outcome"]["missing"] == ["never"]
+    script = tmp_path / "first.py"
+    script.write_text(python.replace("http://127.0.0.1:8080", dev_url))
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout.startswith("completed ['ingest/orders@2026-11-22'"), ran.stdout
+
+
+@pytest.mark.kafka
+def test_purgatory_top_shows_what_the_replica_holds(dev_url: str) -> None:
+    _cli(dev_url, "op", "create", "--scope", "top/a", "--id", "w", "--key", "k", "--timeout-ms",
+         "600000")  # fmt: skip
+    _cli(dev_url, "op", "create", "--scope", "top/b", "--id", "gone", "--key", "never",
+         "--timeout-ms", "1")  # fmt: skip
+    expired = json.loads(_cli(dev_url, "op", "wait", "--scope", "top/b", "--id", "gone"))
+    assert expired["outcome"]["outcome"] == "expired"
+    frame = _cli(dev_url, "top", "--once")
+    assert frame.startswith("purgatory  ready=yes  partitions=4/4 serving")
+    sections = frame.split("\n\n")
+    scopes = next(s for s in sections if s.startswith("busiest scopes:"))
+    assert "top/a" in scopes
+    deadlines = next(s for s in sections if s.startswith("next deadlines:"))
+    assert re.search(r"\b(9|10)m\d\ds\s+top/a\s+w\b", deadlines), deadlines
+    outcomes = next(s for s in sections if s.startswith("latest outcomes:"))
+    assert re.search(r"expired\s+top/b\s+gone\s+never", outcomes), outcomes
 
 
 def _section_blocks(text: str) -> Iterator[tuple[str, str]]:

@@ -26,6 +26,7 @@ from purgatory.client._requests import (
     answer,
     call_cancel,
     call_get,
+    call_overview,
     call_pending,
     call_register,
     call_register_many,
@@ -132,6 +133,11 @@ class PurgatoryClient:
         null after the last one)."""
         return self._run(call_pending(scope, limit, cursor))
 
+    def overview(self) -> Any:
+        """What this replica holds (the data of its page at ``/ui``): partitions, the busiest
+        scopes, the next deadlines, the latest outcomes and dead letters."""
+        return self._run(call_overview())
+
     def signal(
         self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None
     ) -> Any:
@@ -217,6 +223,10 @@ class AsyncPurgatoryClient:
     ) -> Any:
         """A page of a scope's pending operations (see :meth:`PurgatoryClient.pending`)."""
         return await self._run(call_pending(scope, limit, cursor))
+
+    async def overview(self) -> Any:
+        """What this replica holds (see :meth:`PurgatoryClient.overview`)."""
+        return await self._run(call_overview())
 
     async def signal(
         self, scope: str, key: str, *, payload: Any = None, event_time_ms: int | None = None

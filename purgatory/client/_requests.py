@@ -117,6 +117,10 @@ def call_pending(scope: str, limit: int | None = None, cursor: str | None = None
     return Call("GET", "/v1/operations", query)
 
 
+def call_overview() -> Call:
+    return Call("GET", "/v1/overview")
+
+
 def call_signals(signals: Iterable[Mapping[str, Any]]) -> Call:
     return Call("POST", "/v1/signals", json={"signals": [dict(s) for s in signals]})
 

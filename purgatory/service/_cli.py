@@ -25,6 +25,7 @@ from purgatory._core import ConfigError, PurgatoryError
 from purgatory.client import ApiError, PurgatoryClient
 from purgatory.service._demo import run_demo, summarize
 from purgatory.service._run import run_dev, run_serve, run_snapshotter
+from purgatory.service._top import render_top
 from reaper import Clock
 
 __all__ = ["main"]
@@ -116,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     sig.add_argument("--payload", type=_json_value)
     sig.add_argument("--event-time-ms", type=int)
 
+    top = commands.add_parser(
+        "top", parents=[client_args], help="what a replica holds, redrawn (as its page /ui)"
+    )
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    top.add_argument("--interval-s", type=_bounded_float, default=2.0, help="between frames")
+
     wm = commands.add_parser("watermark", parents=[client_args], help="advance a watermark")
     wm.add_argument("--scope", required=True)
     wm.add_argument("--watermark-ms", type=int, required=True)
@@ -152,6 +159,24 @@ def _client_call(args: argparse.Namespace) -> Any:
         return client.get(args.scope, args.op_id)
 
 
+def _top(args: argparse.Namespace) -> int:
+    """``purgatory top``: one frame with ``--once``, else a frame every ``--interval-s``."""
+    with PurgatoryClient(args.url, token=args.token) as client:
+        try:
+            while True:
+                frame = render_top(client.overview())
+                if args.once:
+                    print(frame, end="")
+                    return 0
+                print("\x1b[H\x1b[2J" + frame, end="", flush=True)  # home, clear: redraw
+                trio.run(trio.sleep, args.interval_s)
+        except ApiError as exc:
+            print(f"purgatory top: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 0
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     values = {"http_host": args.host, "http_port": args.port}
     if getattr(args, "bootstrap_servers", None):
@@ -178,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         trio.run(demo)
         return 0
+    if args.command == "top":
+        return _top(args)
     if args.command in ("serve", "snapshotter", "dev"):
         run = {"serve": run_serve, "snapshotter": run_snapshotter, "dev": run_dev}[args.command]
         try:
