@@ -164,7 +164,7 @@ class Service:
         self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
         self.recent = Recent(clock.now_ms)
         self.outbox = Outbox(
-            self.recent.watch(self.sink, settings.topic_dead_letters),
+            self.sink,
             self.executor,
             clock,
             callbacks_topic=settings.topic_callbacks,
@@ -172,6 +172,7 @@ class Service:
             max_record_bytes=settings.max_record_bytes,
             commit=self.source.commit,
             on_delivered=self._delivered,
+            on_dead_lettered=self.recent.dead_letter,
             metrics=self.metrics,
             reply_to_timeout_ms=settings.reply_to_timeout_ms,
         )

@@ -110,6 +110,8 @@ class Outbox:
         commit: commits consumed offsets (None: nothing is committed, e.g. without Kafka).
         on_delivered: called with each outcome once its callback is acknowledged (or
             dead-lettered).
+        on_dead_lettered: called with each dead letter once the broker acknowledged it (the
+            record acknowledged: the full one, or the same without the input's value).
         metrics: where deliveries are counted (None: nowhere).
         capacity: entries queued before :meth:`wait_for_room` makes producers wait.
         chunk: the most entries one work hands to the sink.
@@ -129,6 +131,7 @@ class Outbox:
         max_record_bytes: int,
         commit: Callable[[Mapping[tuple[str, int], int]], Awaitable[None]] | None = None,
         on_delivered: Callable[[Outcome], None] = lambda _outcome: None,
+        on_dead_lettered: Callable[[OutRecord], None] = lambda _record: None,
         metrics: Metrics | None = None,
         capacity: int = 10_000,
         chunk: int = 1_000,
@@ -143,6 +146,7 @@ class Outbox:
         self._max_record_bytes = max_record_bytes
         self._commit = commit
         self._on_delivered = on_delivered
+        self._on_dead_lettered = on_dead_lettered
         self._metrics = metrics
         self._capacity = capacity
         self._chunk = chunk
@@ -378,12 +382,15 @@ class Outbox:
 
     # -- acknowledgement and settlement ---------------------------------------------------------
 
-    def _acknowledged(self, ref: _Ref) -> None:
+    def _acknowledged(self, ref: _Ref, record: OutRecord | None = None) -> None:
+        """``ref`` is acknowledged (as ``record`` when that is not ``ref.record``: a dead
+        letter sent again without the input's value)."""
         outcome, metrics = ref.outcome, self._metrics
-        if outcome is None:  # an input's dead letter
+        if outcome is None:  # a dead letter
             self._dead_lettered += 1
             if metrics is not None and ref.source_topic is not None:
                 metrics.dead_lettered(ref.source_topic, ref.reason)
+            self._on_dead_lettered(record if record is not None else ref.record)
             return
         self._delivered += 1
         if metrics is not None:
@@ -435,7 +442,7 @@ class Outbox:
             self._retries += 1
             [failure_or_none] = await (await self._sink.send_batch([record])).results()
             if failure_or_none is None:
-                self._acknowledged(ref)
+                self._acknowledged(ref, record)
                 return
             failure = failure_or_none
 

@@ -3,23 +3,23 @@ letters, for the operators' page (:mod:`purgatory.service._overview`).
 
 They are fed where the service counts them in its metrics: an outcome once its callback is
 acknowledged (or dead-lettered), through the outbox's ``on_delivered``; a dead letter once the
-broker acknowledged it, seen on the outbox's sink (:meth:`Recent.watch`), so the ring holds
-exactly what reached the dead-letters topic, with the reason the record carries. Each entry is a
-small summary (no payload, no signal, texts cut to :data:`MAX_TEXT`), and each ring keeps its
-last ``capacity`` entries: memory is bounded whatever the traffic, and feeding costs a few
-hundred nanoseconds per outcome on the delivery path.
+broker acknowledged it, through the outbox's ``on_dead_lettered`` (beside its metric), so the
+ring holds exactly what reached the dead-letters topic, with the reason the record carries.
+Each entry is a small summary (no payload, no signal, texts cut to :data:`MAX_TEXT`), and each
+ring keeps its last ``capacity`` entries: memory is bounded whatever the traffic, and feeding
+costs a few hundred nanoseconds per outcome on the delivery path.
 """
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from purgatory._core import Outcome, UsageError
-from purgatory.service._transport import Delivery, OutRecord, RecordSink, SendFailure
+from purgatory.service._transport import OutRecord
 
 __all__ = ["MAX_RECENT", "MAX_TEXT", "Recent", "RecentDeadLetter", "RecentOutcome", "Ring"]
 
@@ -166,11 +166,6 @@ class Recent:
             )
         )
 
-    def watch(self, sink: RecordSink, dead_letters_topic: str) -> RecordSink:
-        """``sink``, telling :meth:`dead_letter` of each record to ``dead_letters_topic`` the
-        broker acknowledges (every other record passes untouched)."""
-        return _WatchedSink(sink, dead_letters_topic, self.dead_letter)
-
 
 def _text(value: Any) -> str | None:
     if not isinstance(value, str):
@@ -180,47 +175,3 @@ def _text(value: Any) -> str | None:
 
 def _number(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
-
-
-class _WatchedSink:
-    """A sink that reports the acknowledged records of one topic."""
-
-    def __init__(
-        self, sink: RecordSink, topic: str, acknowledged: Callable[[OutRecord], None]
-    ) -> None:
-        self._sink = sink
-        self._topic = topic
-        self._acknowledged = acknowledged
-
-    async def send_batch(self, records: Sequence[OutRecord]) -> Delivery:
-        delivery = await self._sink.send_batch(records)
-        topic = self._topic
-        watched = [(i, r) for i, r in enumerate(records) if r.topic == topic]
-        if not watched:
-            return delivery
-        return _WatchedDelivery(delivery, watched, self._acknowledged)
-
-
-class _WatchedDelivery:
-    """A delivery that reports its watched records once their results are known."""
-
-    def __init__(
-        self,
-        delivery: Delivery,
-        watched: list[tuple[int, OutRecord]],
-        acknowledged: Callable[[OutRecord], None],
-    ) -> None:
-        self._delivery = delivery
-        self._watched = watched
-        self._acknowledged = acknowledged
-
-    async def results(self) -> list[SendFailure | None]:
-        results = await self._delivery.results()
-        watched, self._watched = self._watched, []  # reported once, however often asked
-        for index, record in watched:
-            if results[index] is None:
-                self._acknowledged(record)
-        return results
-
-    async def offsets(self) -> list[int | None]:
-        return await self._delivery.offsets()

@@ -13,9 +13,12 @@ import trio.testing
 from purgatory._core import UsageError
 from purgatory.service._app import limits_of
 from purgatory.service._intake import run_intake
+from purgatory.service._kafka_config import ConsumedRecord
+from purgatory.service._outbox import Outbox
 from purgatory.service._overview import Overview, ui_page
 from purgatory.service._recent import MAX_TEXT, Recent, Ring
 from purgatory.service._transport import OutRecord, SendFailure
+from reaper import Clock, CompletionExecutor
 from tests.service.test_http import EPOCH_MS, Harness, running
 
 TOKEN = "overview-token-0123456789"
@@ -159,40 +162,52 @@ async def test_a_page_of_pending_operations_says_what_each_still_waits_for(
         }
 
 
-async def test_a_dead_letter_counts_once_acknowledged_and_once_only() -> None:
+async def test_a_dead_letter_counts_once_acknowledged_and_once_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     recent = Recent(lambda: EPOCH_MS, dead_letters=2)
-    letter = b'{"type": "dead_letter", "reason": "%s", "field": "keys", "topic": "t",' % (
-        b"r" * (MAX_TEXT + 10)
-    )
-    letter += b' "partition": 3, "offset": 7, "key": null}'
-    records = [OutRecord("dead", None, letter), OutRecord("other", None, b"x")]
+    clock = Clock(offset_ms=EPOCH_MS)
+    sent: list[OutRecord] = []
 
     class Sink:
+        """Refuses the first dead letter as too large: the outbox sends it again bare."""
+
         async def send_batch(self, batch: Any) -> Any:
-            outer = self
+            failures: list[SendFailure | None] = [
+                SendFailure("big", retriable=False) if not sent and r.topic == "dead" else None
+                for r in batch
+            ]
+            sent.extend(batch)
 
             class Delivery:
                 async def results(self) -> list[SendFailure | None]:
-                    return outer.results
+                    return failures
 
                 async def offsets(self) -> list[int | None]:
                     return [None] * len(batch)
 
             return Delivery()
 
-        def __init__(self) -> None:
-            self.results: list[SendFailure | None] = [SendFailure("big", retriable=False), None]
-
-    sink = Sink()
-    watched = recent.watch(sink, "dead")
-    refused = await watched.send_batch(records)
-    await refused.results()
-    assert recent.dead_letters.latest() == []
-    sink.results = [None, None]
-    delivery = await watched.send_batch(records)
-    await delivery.results()
-    await delivery.results()
-    [kept] = recent.dead_letters.latest()
+    executor = CompletionExecutor(clock)
+    outbox = Outbox(
+        Sink(),
+        executor,
+        clock,
+        callbacks_topic="cb",
+        dead_letters_topic="dead",
+        max_record_bytes=1_000_000,
+        on_dead_lettered=recent.dead_letter,
+    )
+    reason = "r" * (MAX_TEXT + 10)
+    record = ConsumedRecord("t", 3, 7, None, b"not json", EPOCH_MS)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(executor.run)
+        await nursery.start(outbox.run)
+        outbox.put_dead_letter(record, reason=reason, field="keys", label="invalid")
+        await outbox.acknowledged()
+        nursery.cancel_scope.cancel()
+    assert [r.topic for r in sent] == ["dead", "dead"]  # refused, then taken without the value
+    [kept] = recent.dead_letters.latest()  # once, when acknowledged; not when refused
     assert (kept.topic, kept.partition, kept.offset, kept.field, kept.key) == (
         "t",
         3,
@@ -204,8 +219,6 @@ async def test_a_dead_letter_counts_once_acknowledged_and_once_only() -> None:
     recent.dead_letter(OutRecord("dead", None, b'{"type": "callback"}'))  # not a dead letter
     recent.dead_letter(OutRecord("dead", None, b"\xff"))
     assert recent.dead_letters.added == 1
-    assert await delivery.offsets() == [None, None]
-    assert await (await watched.send_batch([records[1]])).offsets() == [None]
 
 
 def test_a_ring_keeps_the_last_items_newest_first() -> None:
