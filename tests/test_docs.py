@@ -29,6 +29,7 @@ ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _SHELLS = ("sh", "bash", "console", "shell")
+_PURGATORY = Path(sys.executable).parent / "purgatory"
 
 # Commands the pages show that this file does not run itself: who runs them, or why nothing
 # here can (no cluster, no registry, no user Prometheus on these machines).
@@ -47,8 +48,9 @@ ELSEWHERE = {
 }
 
 
-def _blocks(page: Path) -> Iterator[tuple[str, str]]:
-    for token in MarkdownIt().parse(page.read_text("utf-8")):
+def _blocks(text: str) -> Iterator[tuple[str, str]]:
+    """Each fenced block of Markdown ``text``: its info string and its content."""
+    for token in MarkdownIt().parse(text):
         if token.type == "fence":
             yield token.info.strip(), token.content
 
@@ -108,7 +110,7 @@ def test_every_page_renders(page: Path) -> None:
 def test_every_command_shown_is_run_here_or_by_a_named_test() -> None:
     unknown = []
     for page in PAGES:
-        for info, script in _blocks(page):
+        for info, script in _blocks(page.read_text("utf-8")):
             if info not in _SHELLS:
                 continue
             for command in _commands(script):
@@ -127,10 +129,9 @@ def dev_url() -> Iterator[str]:
     """``purgatory dev`` on a free loopback port, as the README starts it."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
     dev = subprocess.Popen(
-        [str(Path(sys.executable).parent / "purgatory"), "dev", "--port", str(port)],
-        env=env,
+        [str(_PURGATORY), "dev", "--port", str(port)],
+        env=_environment(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -142,11 +143,15 @@ def dev_url() -> Iterator[str]:
         dev.wait(timeout=30)
 
 
+def _environment() -> dict[str, str]:
+    """This environment without PURGATORY_* variables (a stray one would be refused)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
+
+
 def _cli(url: str, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "purgatory"), *args, "--url", url],
-        env=env,
+        [str(_PURGATORY), *args, "--url", url],
+        env=_environment(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -159,7 +164,7 @@ def _cli(url: str, *args: str) -> str:
 def test_the_readme_first_operation_runs_as_shown(dev_url: str, tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text("utf-8")
     section = readme.split("## A first operation", 1)[1].split("\n## ", 1)[0]
-    blocks = list(_section_blocks(section))
+    blocks = list(_blocks(section))
     shell = next(content for info, content in blocks if info == "sh")
     python = next(content for info, content in blocks if info == "python")
     answers = []
@@ -199,12 +204,6 @@ def test_purgatory_top_shows_what_the_replica_holds(dev_url: str) -> None:
     assert re.search(r"\b(9|10)m\d\ds\s+top/a\s+w\b", deadlines), deadlines
     outcomes = next(s for s in sections if s.startswith("latest outcomes:"))
     assert re.search(r"expired\s+top/b\s+gone\s+never", outcomes), outcomes
-
-
-def _section_blocks(text: str) -> Iterator[tuple[str, str]]:
-    for token in MarkdownIt().parse(text):
-        if token.type == "fence":
-            yield token.info.strip(), token.content
 
 
 def _wait_ready(url: str) -> None:

@@ -88,6 +88,7 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         topics = sorted({t for m in members for t in m.metadata.topics})
         numbers = sorted({p for t in topics for p in (cluster.partitions_for_topic(t) or ())})
         claims = _claims(members)
+        urls = {m.member_id: _url_of(m.metadata.user_data) for m in ranked}
         owned: dict[str, list[int]] = {m.member_id: [] for m in ranked}
         owners: dict[int, str] = {}
         moving: list[int] = []
@@ -97,7 +98,7 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 moving.append(partition)  # its owner revokes it first, a second round gives it
                 continue
             owned[member.member_id].append(partition)
-            url = _url_of(member.metadata.user_data)
+            url = urls[member.member_id]
             if url is not None:
                 owners[partition] = url
         shared = json.dumps(
@@ -114,9 +115,10 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         return result
 
     def on_assignment(self, assignment: Any, generation: int) -> None:
-        owners = _owners_of(assignment.user_data)
+        doc = _document(assignment.user_data)
+        owners = _owners_of(doc)
         owned = [(t, sorted(ps)) for t, ps in assignment.assigned_partitions]
-        moving = _moving_of(assignment.user_data)
+        moving = bool(doc.get("moving"))
         with self._lock:
             self._owners = owners
             self._owned = owned
@@ -145,29 +147,22 @@ def _claims(members: Sequence[Any]) -> dict[int, set[str]]:
     return claims
 
 
-def _url_of(user_data: object) -> str | None:
-    try:
-        doc = json.loads(user_data) if isinstance(user_data, bytes | str) else None
-    except ValueError:
-        return None
-    url = doc.get("url") if isinstance(doc, dict) else None
-    return url if isinstance(url, str) and url else None
-
-
-def _moving_of(user_data: object) -> bool:
-    try:
-        doc = json.loads(user_data) if isinstance(user_data, bytes | str) else None
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and bool(doc.get("moving"))
-
-
-def _owners_of(user_data: object) -> dict[int, str]:
+def _document(user_data: object) -> dict[str, Any]:
+    """The JSON object a subscription or an assignment carries (empty when garbled)."""
     try:
         doc = json.loads(user_data) if isinstance(user_data, bytes | str) else None
     except ValueError:
         return {}
-    owners = doc.get("owners") if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _url_of(user_data: object) -> str | None:
+    url = _document(user_data).get("url")
+    return url if isinstance(url, str) and url else None
+
+
+def _owners_of(doc: Mapping[str, Any]) -> dict[int, str]:
+    owners = doc.get("owners")
     if not isinstance(owners, Mapping):
         return {}
     return {int(p): u for p, u in owners.items() if isinstance(u, str) and str(p).isdigit()}

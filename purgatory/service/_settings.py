@@ -591,11 +591,7 @@ class Settings:
 
     def client_tokens(self) -> dict[str, str]:
         """``{client name: token}`` from ``api_tokens`` and ``api_token`` (named ``default``)."""
-        tokens = {}
-        if self.api_tokens is not None:
-            for item in self.api_tokens.split(","):
-                name, _, token = item.partition("=")
-                tokens[name] = token
+        tokens = dict(self._named_tokens())
         if self.api_token is not None:
             tokens.setdefault("default", self.api_token)
         return tokens
@@ -625,11 +621,21 @@ class Settings:
                 )
         return problems
 
+    def _named_tokens(self) -> list[tuple[str, str]]:
+        """``api_tokens`` as (name, token) pairs, in the order written."""
+        if self.api_tokens is None:
+            return []
+        return [
+            (name, token)
+            for name, _, token in (item.partition("=") for item in self.api_tokens.split(","))
+        ]
+
     def _auth_checks(self) -> list[str]:
         env = env_name
         problems = []
         if self.api_tokens is not None:
-            names = [item.partition("=")[0] for item in self.api_tokens.split(",")]
+            pairs = self._named_tokens()
+            names = [name for name, _ in pairs]
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 problems.append(f"{env('api_tokens')}: names a client twice: {repeated}")
@@ -638,7 +644,7 @@ class Settings:
                     f"{env('api_token')}: is the client 'default', which {env('api_tokens')}"
                     " names as well"
                 )
-            tokens = [item.partition("=")[2] for item in self.api_tokens.split(",")]
+            tokens = [token for _, token in pairs]
             if len(set(tokens)) < len(tokens) or self.api_token in tokens:
                 problems.append(f"{env('api_tokens')}: two clients share a token")
         open_api = self.api_tokens is None and self.api_token is None

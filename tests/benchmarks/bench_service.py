@@ -72,6 +72,7 @@ import httpx
 
 from purgatory._codec import SignalInput, SignalRecord, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
+from purgatory.service._app import topics_of
 from purgatory.service._broker import EmbeddedBroker
 from purgatory.service._child import service_process
 from purgatory.service._settings import Settings, env_name
@@ -347,16 +348,7 @@ class ServiceProcess:
         Raises:
             ConfigError: the service exited or was not ready in time (with its log's tail).
         """
-        s = self.settings
-        topics = (
-            s.topic_requests,
-            s.topic_signals,
-            s.topic_callbacks,
-            s.topic_dead_letters,
-            s.topic_changelog,
-            s.topic_snapshots,
-        )
-        self.broker.create_topics({t: self.partitions for t in topics})
+        self.broker.create_topics({t: self.partitions for t in topics_of(self.settings)})
         self._stack = contextlib.ExitStack()
         child = self._stack.enter_context(
             service_process(

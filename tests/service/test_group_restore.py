@@ -37,6 +37,23 @@ async def _serving(settings: Settings, body: Any) -> None:
         stop.set()
 
 
+def _members(broker: EmbeddedBroker, name: str) -> tuple[Settings, list[int], list[Settings]]:
+    """Two static group members on free ports, each advertising its URL: the shared settings,
+    the ports and each member's settings (instance ids ``<name>-0`` and ``<name>-1``)."""
+    shared = dataclasses.replace(_settings(broker), kafka_static_partitions=None)
+    ports = [free_port(), free_port()]
+    members = [
+        dataclasses.replace(
+            shared,
+            http_port=port,
+            advertised_url=f"http://127.0.0.1:{port}",
+            kafka_group_instance_id=f"{name}-{index}",
+        )
+        for index, port in enumerate(ports)
+    ]
+    return shared, ports, members
+
+
 async def test_a_restarted_group_member_restores_its_partitions_before_serving_them(
     kafka_broker: EmbeddedBroker,
 ) -> None:
@@ -123,17 +140,7 @@ async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
 
 
 async def test_any_member_of_a_group_answers_for_any_scope(kafka_broker: EmbeddedBroker) -> None:
-    shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
-    ports = [free_port(), free_port()]
-    members = [
-        dataclasses.replace(
-            shared,
-            http_port=port,
-            advertised_url=f"http://127.0.0.1:{port}",
-            kafka_group_instance_id=f"member-{index}",
-        )
-        for index, port in enumerate(ports)
-    ]
+    shared, ports, members = _members(kafka_broker, "member")
     scopes = [f"any{i}" for i in range(20)]
     assert {partition_for(s, PARTITIONS) for s in scopes} == set(range(PARTITIONS))
     stop = trio.Event()
@@ -181,17 +188,7 @@ def _restores(metrics: str) -> dict[int, float]:
 async def test_a_member_that_joins_moves_only_the_partitions_it_takes(
     kafka_broker: EmbeddedBroker,
 ) -> None:
-    shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
-    ports = [free_port(), free_port()]
-    members = [
-        dataclasses.replace(
-            shared,
-            http_port=port,
-            advertised_url=f"http://127.0.0.1:{port}",
-            kafka_group_instance_id=f"joiner-{index}",
-        )
-        for index, port in enumerate(ports)
-    ]
+    shared, ports, members = _members(kafka_broker, "joiner")
     scopes = [f"j{i}" for i in range(12)]
     assert {partition_for(s, PARTITIONS) for s in scopes} == {0, 1}
     stops = [trio.Event(), trio.Event()]
