@@ -95,14 +95,31 @@ def _apply(
     decode: Callable[[bytes, Limits], object],
     limits: Limits,
 ) -> tuple[str, str | None, str] | None:
-    """Apply one consumed record; the (reason, field, metric reason) to dead-letter it, or None."""
+    """Apply one consumed record; the (reason, field, metric reason) to dead-letter it, or None.
+
+    A record is applied only if its key is its scope and it sits on its scope's partition (the
+    default partitioner's): its scope's engine journals its effect, and this partition's journal
+    its position, and a restore replays each from its own partition. A null key, another key,
+    or a partition a producer chose itself is dead-lettered naming ``key`` or ``partition``.
+    """
     try:
         item = decode(record.value if record.value is not None else b"", limits)
     except RecordError as exc:
         return (str(exc), exc.field, "invalid")
-    scope = getattr(item, "scope", None)
-    if record.key is not None and scope is not None and record.key != scope.encode():
+    scope: str = item.scope  # type: ignore[attr-defined]  # every input record has one
+    if record.key is None:
+        return ("key: the message key is null; it must be the record's scope", "key", "invalid")
+    if record.key != scope.encode("utf-8", "surrogatepass"):
         return ("key: the message key must be the record's scope", "key", "invalid")
+    home = state.partition_of(scope)
+    if record.partition != home:
+        # Applied, its effect would be journaled on its scope's partition and its position on
+        # this one: a restore of either would disagree with the other.
+        reason = (
+            f"partition: the record is on partition {record.partition}, but its scope"
+            f" {scope!r} belongs on partition {home} (Kafka's default partitioner of the key)"
+        )
+        return (reason, "partition", "invalid")
     try:
         state.apply(item, client=KAFKA_CLIENT)  # type: ignore[arg-type]
     except RecordError as exc:  # well-formed, but a field the state refuses (a reply_to)
