@@ -8,7 +8,8 @@ message key is the record's scope in UTF-8:
   in-band ``watermark`` records (:func:`decode_requests_record` reads all three);
 * signals: ``signal`` and ``watermark`` -> :func:`decode_signal` / :func:`encode_signal`;
 * callbacks: ``callback`` -> :func:`encode_callback` / :func:`decode_callback`;
-* dead letters: ``dead_letter`` -> :func:`encode_dead_letter`.
+* dead letters: ``dead_letter`` -> :func:`encode_dead_letter`, with :func:`dead_letter_key`
+  (every letter fits the record limit whatever it wraps: see ``_dead_letters``).
 
 Payloads are any JSON value and are held as canonical compact JSON text (see
 :func:`canonical_json`). Every rejection is a :class:`RecordError` (a ``BadRecordError``) whose
@@ -17,6 +18,15 @@ message starts with the path of the offending field (``keys[2]: must be ...``) o
 (:func:`schema`) document every field.
 """
 
+from purgatory._codec._dead_letters import (
+    DEAD_LETTER_KEY_BYTES,
+    DEFAULT_MAX_DEAD_LETTER_KEY_BYTES,
+    DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES,
+    DEFAULT_MAX_RECORD_BYTES,
+    dead_letter_budget,
+    dead_letter_key,
+    encode_dead_letter,
+)
 from purgatory._codec._inbound import (
     DEFAULT_LIMITS,
     FORMAT_VERSION,
@@ -28,13 +38,7 @@ from purgatory._codec._inbound import (
     message_key,
 )
 from purgatory._codec._json import canonical_json
-from purgatory._codec._outbound import (
-    DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES,
-    decode_callback,
-    encode_callback,
-    encode_dead_letter,
-    outcome_id,
-)
+from purgatory._codec._outbound import decode_callback, encode_callback, outcome_id
 from purgatory._codec._records import (
     CancelRequest,
     Limits,
@@ -48,8 +52,11 @@ from purgatory._codec._records import (
 from purgatory._codec._schemas import SCHEMA_NAMES, schema
 
 __all__ = [
+    "DEAD_LETTER_KEY_BYTES",
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_DEAD_LETTER_KEY_BYTES",
     "DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
     "FORMAT_VERSION",
     "SCHEMA_NAMES",
     "CancelRequest",
@@ -61,6 +68,8 @@ __all__ = [
     "SignalRecord",
     "WatermarkRecord",
     "canonical_json",
+    "dead_letter_budget",
+    "dead_letter_key",
     "decode_callback",
     "decode_request",
     "decode_requests_record",

@@ -1,17 +1,15 @@
-"""The callbacks and dead-letter topics (codec concept: outbound records; stdlib only).
+"""The callbacks topic (codec concept: outbound records; stdlib only).
 
 Callbacks are on the hot path: one per finished operation. :func:`encode_callback` formats the
 record in one f-string, escaping strings with the json module's C escaper, and splices the stored
 payload texts in as they are (they are canonical JSON already: they were made so when the request
 or signal was decoded), so no payload is parsed or re-serialised on the way out.
 
-A dead letter wraps a record the service could not read, with the reason and where it came
-from; the original bytes are kept as text when they are UTF-8 and as base64 otherwise.
+Dead letters have a module of their own, :mod:`purgatory._codec._dead_letters`.
 """
 
 from __future__ import annotations
 
-import base64
 import re
 import sys
 from collections.abc import Mapping
@@ -19,19 +17,12 @@ from hashlib import blake2b
 from json.encoder import encode_basestring as _str
 
 from purgatory._codec._inbound import FORMAT_VERSION, envelope
-from purgatory._codec._json import dumps, json_type, parse_object, payload_text, show
+from purgatory._codec._json import json_type, parse_object, payload_text, show
 from purgatory._codec._records import RecordError, check_ms, check_text
-from purgatory._core import Outcome, OutcomeKind, TimeDomain, UsageError
+from purgatory._core import Outcome, OutcomeKind, TimeDomain
 
-__all__ = [
-    "DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES",
-    "decode_callback",
-    "encode_callback",
-    "encode_dead_letter",
-]
+__all__ = ["decode_callback", "encode_callback", "outcome_id"]
 
-#: How much of a rejected record a dead letter keeps by default (the rest is cut off).
-DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES = 65_536
 _MAX_SEQUENCE = (1 << 63) - 1  # a Kafka/Spark long
 _CALLBACK_FIELDS = (
     "v",
@@ -174,88 +165,3 @@ def decode_callback(data: bytes | Mapping[str, object]) -> dict[str, object]:
     out["signals"] = signals
     out["payload"] = payload_text("payload", obj["payload"], None)
     return out
-
-
-def _text_or_base64(data: bytes, limit: int) -> tuple[str, str, bool]:
-    """``data`` (cut to ``limit`` bytes) as UTF-8 text, or as base64 when it is not UTF-8."""
-    cut = data[:limit]
-    truncated = len(cut) < len(data)
-    try:
-        return cut.decode("utf-8"), "utf-8", truncated
-    except UnicodeDecodeError as e:
-        # A cut through a multi-byte character is not a reason to fall back to base64.
-        if truncated and e.start >= len(cut) - 3 and e.reason == "unexpected end of data":
-            return cut[: e.start].decode("utf-8"), "utf-8", truncated
-        return base64.b64encode(cut).decode("ascii"), "base64", truncated
-
-
-def encode_dead_letter(
-    *,
-    reason: str,
-    field: str | None,
-    topic: str,
-    partition: int,
-    offset: int,
-    timestamp_ms: int | None,
-    key: bytes | None,
-    value: bytes | None,
-    max_value_bytes: int = DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES,
-) -> bytes:
-    """Encode a dead letter: a record that could not be read, with why and where it came from.
-
-    Args:
-        reason: what was wrong (for a RecordError, its message).
-        field: the offending field, or None.
-        topic, partition, offset: where the record was read; for an outbound record the broker
-            refused (a callback), the topic it was for and -1 for partition and offset.
-        timestamp_ms: the record's timestamp; None (or Kafka's -1) when it has none.
-        key, value: the original bytes; None for a null key or value (a tombstone).
-        max_value_bytes: the value is cut to this many bytes (``value_bytes`` and
-            ``truncated`` tell), so a dead letter of an oversized record still fits the topic.
-
-    Raises:
-        UsageError: naming the argument of the wrong type or range.
-    """
-    if not isinstance(reason, str):
-        raise UsageError(f"reason must be a str, got {type(reason).__name__}")
-    if field is not None and not isinstance(field, str):
-        raise UsageError(f"field must be a str or None, got {type(field).__name__}")
-    if not isinstance(topic, str) or not topic:
-        raise UsageError(f"topic must be a non-empty str, got {topic!r}")
-    for name, number in (("partition", partition), ("offset", offset)):
-        if isinstance(number, bool) or not isinstance(number, int) or number < -1:
-            raise UsageError(f"{name} must be an int >= -1, got {number!r}")
-    if timestamp_ms is not None:
-        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
-            raise UsageError(f"timestamp_ms must be an int or None, got {timestamp_ms!r}")
-        if timestamp_ms < 0:
-            timestamp_ms = None
-    if isinstance(max_value_bytes, bool) or not isinstance(max_value_bytes, int):
-        raise UsageError(f"max_value_bytes must be an int, got {max_value_bytes!r}")
-    if max_value_bytes < 0:
-        raise UsageError(f"max_value_bytes must be >= 0, got {max_value_bytes}")
-    obj: dict[str, object] = {
-        "v": FORMAT_VERSION,
-        "type": "dead_letter",
-        "reason": reason,
-        "field": field,
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "timestamp_ms": timestamp_ms,
-    }
-    if key is None:
-        obj["key"] = None
-    else:
-        text, encoding, _ = _text_or_base64(bytes(key), len(key))
-        obj["key"] = text
-        if encoding == "base64":
-            obj["key_encoding"] = "base64"
-    if value is None:
-        obj.update(value=None, value_encoding="utf-8", value_bytes=None, truncated=False)
-    else:
-        raw = bytes(value)
-        text, encoding, truncated = _text_or_base64(raw, max_value_bytes)
-        obj.update(value=text, value_encoding=encoding, value_bytes=len(raw), truncated=truncated)
-    # A reason may quote a rejected string: never let a lone surrogate make the letter unsendable.
-    return dumps(obj).encode("utf-8", errors="replace")

@@ -68,8 +68,8 @@ async def run_intake(
             counts[record.topic] = counts.get(record.topic, 0) + 1
             refused = _apply(record, state, decoders[record.topic], limits)
             if refused is not None:
-                reason, field, label = refused
-                outbox.put_dead_letter(record, reason=reason, field=field, label=label)
+                reason, field, label, scope = refused
+                outbox.put_dead_letter(record, reason=reason, field=field, label=label, scope=scope)
                 invalid_registration = (
                     refused[2] == "invalid"
                     and record.topic == requests_topic
@@ -94,8 +94,9 @@ def _apply(
     state: ServiceState,
     decode: Callable[[bytes, Limits], object],
     limits: Limits,
-) -> tuple[str, str | None, str] | None:
-    """Apply one consumed record; the (reason, field, metric reason) to dead-letter it, or None.
+) -> tuple[str, str | None, str, str | None] | None:
+    """Apply one consumed record; the (reason, field, metric reason, scope if it decoded) to
+    dead-letter it, or None.
 
     A record is applied only if its key is its scope and it sits on its scope's partition (the
     default partitioner's): its scope's engine journals its effect, and this partition's journal
@@ -105,12 +106,17 @@ def _apply(
     try:
         item = decode(record.value if record.value is not None else b"", limits)
     except RecordError as exc:
-        return (str(exc), exc.field, "invalid")
+        return (str(exc), exc.field, "invalid", None)
     scope: str = item.scope  # type: ignore[attr-defined]  # every input record has one
     if record.key is None:
-        return ("key: the message key is null; it must be the record's scope", "key", "invalid")
+        return (
+            "key: the message key is null; it must be the record's scope",
+            "key",
+            "invalid",
+            scope,
+        )
     if record.key != scope.encode("utf-8", "surrogatepass"):
-        return ("key: the message key must be the record's scope", "key", "invalid")
+        return ("key: the message key must be the record's scope", "key", "invalid", scope)
     home = state.partition_of(scope)
     if record.partition != home:
         # Applied, its effect would be journaled on its scope's partition and its position on
@@ -119,17 +125,17 @@ def _apply(
             f"partition: the record is on partition {record.partition}, but its scope"
             f" {scope!r} belongs on partition {home} (Kafka's default partitioner of the key)"
         )
-        return (reason, "partition", "invalid")
+        return (reason, "partition", "invalid", scope)
     try:
         state.apply(item, client=KAFKA_CLIENT)  # type: ignore[arg-type]
     except RecordError as exc:  # well-formed, but a field the state refuses (a reply_to)
-        return (str(exc), exc.field, "invalid")
+        return (str(exc), exc.field, "invalid", scope)
     except SizeLimitError as exc:  # the callback would outgrow its record: bad input
-        return (str(exc), exc.field, "invalid")
+        return (str(exc), exc.field, "invalid", scope)
     except UsageError as exc:  # a conflict, a limit, a deadline out of range
         _log.warning("record_refused", topic=record.topic, offset=record.offset, error=str(exc))
         # A limit's field names it (max_memory_bytes, ...): the dead letter says which.
-        return (str(exc), exc.field if isinstance(exc, LimitError) else None, "refused")
+        return (str(exc), exc.field if isinstance(exc, LimitError) else None, "refused", scope)
     return None
 
 

@@ -19,7 +19,9 @@ Three tasks drain it:
    and the log line written. A refused record is settled alone, never affecting another: retried
    with backoff while retrying can help (forever for the configured topics, for at most
    ``reply_to_timeout_ms`` for a client's ``reply_to`` topic), otherwise dead-lettered with the
-   reason (a dead letter too large is sent again without its value). A commit marker reached by
+   reason. A dead letter always fits ``max_record_bytes`` (it keeps only prefixes of what it
+   wraps, with their sizes and hashes); one a broker with a lower limit refuses as too large is
+   sent again without the prefixes (the "no-value fallback"). A commit marker reached by
    the acknowledger therefore has every record before it acknowledged, and goes to
 3. the *committer*, which commits the latest offsets per partition, at most once per
    ``commit_interval_ms`` and coalescing every marker that arrived meanwhile: commits never block
@@ -53,7 +55,9 @@ from dataclasses import dataclass
 import trio
 
 from purgatory._codec import (
+    DEFAULT_MAX_DEAD_LETTER_KEY_BYTES,
     DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES,
+    dead_letter_key,
     encode_callback,
     encode_dead_letter,
 )
@@ -91,7 +95,7 @@ class _Ref:
     outcome: Outcome | None = None  # a callback's outcome
     source_topic: str | None = None  # a dead letter's input topic
     reason: str = ""  # a dead letter's metric reason
-    fallback: OutRecord | None = None  # the same dead letter without the value
+    fallback: OutRecord | None = None  # the same dead letter without the prefixes
 
 
 _Entry = Outcome | _Ref | dict[tuple[str, int], int] | trio.Event  # an Event: a barrier
@@ -111,7 +115,7 @@ class Outbox:
         on_delivered: called with each outcome once its callback is acknowledged (or
             dead-lettered).
         on_dead_lettered: called with each dead letter once the broker acknowledged it (the
-            record acknowledged: the full one, or the same without the input's value).
+            record acknowledged: the full one, or the same without the input's key and value).
         metrics: where deliveries are counted (None: nowhere).
         capacity: entries queued before :meth:`wait_for_room` makes producers wait.
         chunk: the most entries one work hands to the sink.
@@ -186,7 +190,13 @@ class Outbox:
             self._wakeup.set()
 
     def put_dead_letter(
-        self, record: ConsumedRecord, *, reason: str, field: str | None, label: str
+        self,
+        record: ConsumedRecord,
+        *,
+        reason: str,
+        field: str | None,
+        label: str,
+        scope: str | None = None,
     ) -> None:
         """Queue the dead letter of a consumed ``record``, with why it was refused.
 
@@ -195,9 +205,11 @@ class Outbox:
             reason: what was wrong with it.
             field: the offending field, or None.
             label: the metric's reason label (``invalid`` or ``refused``).
+            scope: the record's scope, when it decoded (the letter's Kafka key).
         """
         self._check_open()
         full, bare = self._letters(
+            scope=scope,
             reason=reason,
             field=field,
             topic=record.topic,
@@ -384,7 +396,7 @@ class Outbox:
 
     def _acknowledged(self, ref: _Ref, record: OutRecord | None = None) -> None:
         """``ref`` is acknowledged (as ``record`` when that is not ``ref.record``: a dead
-        letter sent again without the input's value)."""
+        letter sent again without the input's key and value)."""
         outcome, metrics = ref.outcome, self._metrics
         if outcome is None:  # a dead letter
             self._dead_lettered += 1
@@ -426,7 +438,7 @@ class Outbox:
         while True:
             if not failure.retriable:
                 if ref.outcome is None and ref.fallback is not None and record is not ref.fallback:
-                    record = ref.fallback  # the input's dead letter, without the input's value
+                    record = ref.fallback  # the same letter, without the input's key and value
                 elif ref.outcome is not None:
                     await self._dead_letter_callback(ref, failure)
                     return
@@ -461,6 +473,7 @@ class Outbox:
         if self._metrics is not None:
             self._metrics.callback_error()
         full, bare = self._letters(
+            scope=outcome.scope,
             reason=f"callback not delivered to topic {record.topic!r}: {failure.reason}",
             field=None,
             topic=record.topic,
@@ -481,6 +494,7 @@ class Outbox:
     def _letters(
         self,
         *,
+        scope: str | None,
         reason: str,
         field: str | None,
         topic: str,
@@ -490,10 +504,14 @@ class Outbox:
         key: bytes | None,
         value: bytes | None,
     ) -> tuple[OutRecord, OutRecord]:
-        """A dead letter, and the same without the refused record's value (sent if the broker
-        refuses the first as too large). The value is cut to at most half a record."""
+        """A dead letter, and the same without the refused record's key and value prefixes
+        (sent if the broker refuses the first as too large: its limit is below ours). Both fit
+        ``max_record_bytes`` whatever the refused record holds (see ``_codec._dead_letters``);
+        their Kafka key is the scope when known, else the record's key, bounded."""
+        limit = self._max_record_bytes
+        letter_key = dead_letter_key(scope, key, max_record_bytes=limit)
 
-        def letter(max_value_bytes: int) -> OutRecord:
+        def letter(max_key_bytes: int, max_value_bytes: int) -> OutRecord:
             encoded = encode_dead_letter(
                 reason=reason,
                 field=field,
@@ -503,12 +521,14 @@ class Outbox:
                 timestamp_ms=timestamp_ms,
                 key=key,
                 value=value,
+                max_key_bytes=max_key_bytes,
                 max_value_bytes=max_value_bytes,
+                max_record_bytes=limit,
             )
-            return OutRecord(self._dead_letters_topic, key, encoded)
+            return OutRecord(self._dead_letters_topic, letter_key, encoded)
 
-        cap = min(DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES, self._max_record_bytes // 2)
-        return letter(cap), letter(0)
+        full = letter(DEFAULT_MAX_DEAD_LETTER_KEY_BYTES, DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES)
+        return full, letter(0, 0)
 
     def _check_open(self) -> None:
         if self._closed:

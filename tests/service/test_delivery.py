@@ -8,7 +8,9 @@ and a committed malformed record has its dead letter there.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import json
 import re
 from typing import Any
@@ -21,6 +23,7 @@ from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import TransportError
 from purgatory.service._app import Service, topics_of
+from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
 from purgatory.service._transport import OutRecord, SendFailure
 from reaper import Clock
@@ -334,3 +337,68 @@ async def test_commits_are_coalesced_to_one_per_interval_and_shutdown_commits_at
     for topic in (REQUESTS, SIGNALS):
         for p, log in enumerate(broker.topics[topic]):
             assert broker.committed.get((topic, p), 0) == len(log)
+
+
+async def test_a_register_with_a_700_kb_key_not_utf8_is_dead_lettered_within_the_limit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limit = SETTINGS.max_record_bytes
+
+    def too_large(record: OutRecord) -> SendFailure | None:
+        size = len(record.key or b"") + len(record.value)
+        if size > limit + 4_096:  # the producer's max_request_size (see _app)
+            return SendFailure(f"MessageSizeTooLargeError: {size} bytes", retriable=False)
+        return None
+
+    broker = _broker(refuse=too_large)
+    key = (b"\xff\xfe" + bytes(range(256))) * 2_717  # 700 kB, not UTF-8
+    request = encode_request(RegisterRequest(op_id="big", scope="s", keys=("a",), timeout_ms=10))
+    home = partition_for("s", 2)
+    broker.append(REQUESTS, key, request, partition=home)
+    _register(broker, "s", "after", [], timeout_ms=10)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve, broker, stop)
+        await trio.sleep(1)
+        stop.set()
+    [record] = broker.records(DEAD)
+    assert record.value is not None and len(record.key or b"") + len(record.value) <= limit
+    assert record.key == b"s"  # the scope: the letter shares the scope's partition
+    letter = json.loads(record.value)
+    assert (letter["topic"], letter["partition"], letter["offset"]) == (REQUESTS, home, 0)
+    assert letter["field"] == "key" and letter["key_encoding"] == "base64"
+    assert (letter["key_bytes"], letter["key_sha256"]) == (
+        len(key),
+        hashlib.sha256(key).hexdigest(),
+    )
+    assert letter["key_truncated"] is True and key.startswith(base64.b64decode(letter["key"]))
+    assert json.loads(letter["value"])["op_id"] == "big"
+    # The service went on: the next record was applied, and every offset is committed.
+    assert [json.loads(r.value or b"")["op_id"] for r in broker.records(CALLBACKS)] == ["after"]
+    for topic in (REQUESTS, SIGNALS):
+        for p, log in enumerate(broker.topics[topic]):
+            assert broker.committed.get((topic, p), 0) == len(log)
+
+
+async def test_a_letter_a_broker_with_a_lower_limit_refuses_is_sent_again_without_prefixes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def small_topic(record: OutRecord) -> SendFailure | None:
+        if record.topic == DEAD and len(record.value) > 2_000:
+            return SendFailure("MessageSizeTooLargeError: over the topic's limit", retriable=False)
+        return None
+
+    broker = _broker(refuse=small_topic)
+    value = b'{"v":1,"type":"register","scope":"s","junk":"' + b"x" * 50_000 + b'"}'
+    broker.append(REQUESTS, b"s", value)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve, broker, stop)
+        await trio.sleep(1)
+        stop.set()
+    [record] = broker.records(DEAD)
+    letter = json.loads(record.value or b"")
+    assert record.key == b"s" and letter["reason"].startswith("junk: ")
+    assert (letter["value"], letter["truncated"], letter["value_bytes"]) == ("", True, len(value))
+    assert letter["value_sha256"] == hashlib.sha256(value).hexdigest()
+    assert (letter["key"], letter["key_bytes"], letter["key_truncated"]) == ("", 1, True)

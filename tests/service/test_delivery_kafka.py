@@ -9,6 +9,9 @@ with thousands of expirations due delivers them all and exits 0.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -164,6 +167,26 @@ async def test_a_retry_is_a_duplicate_and_the_metrics_move_by_exactly_what_happe
     )
     assert after[("purgatory_executor_max_lag_seconds", ())] < 5.0
     assert after[("purgatory_outbox_unacknowledged_records", ())] == 0
+
+
+async def test_a_700_kb_key_that_is_not_utf8_is_dead_lettered_within_the_record_limit(
+    kafka_broker: EmbeddedBroker,
+) -> None:
+    async with service(kafka_broker) as (settings, client):
+        key = (b"\xff\xfe" + bytes(range(256))) * 2_717  # 700 kB, not UTF-8
+        request = RegisterRequest(op_id="big", scope="s", keys=("a",), timeout_ms=600_000)
+        await produce(kafka_broker, [(settings.topic_requests, key, encode_request(request))])
+        [letter] = await consume(kafka_broker, settings.topic_dead_letters, 1)
+        assert letter["_key"] == b"s"  # the scope, not the key
+        assert letter["field"] == "key" and letter["key_encoding"] == "base64"
+        assert letter["key_bytes"] == len(key)
+        assert letter["key_sha256"] == hashlib.sha256(key).hexdigest()
+        assert letter["key_truncated"] is True
+        assert key.startswith(base64.b64decode(letter["key"]))
+        assert json.loads(letter["value"])["op_id"] == "big"
+        with pytest.raises(ApiError) as caught:
+            await client.get("s", "big")
+        assert caught.value.status == 404
 
 
 def test_sigterm_with_thousands_of_expirations_due_delivers_them_all_and_exits_0(
