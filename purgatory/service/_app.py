@@ -27,6 +27,7 @@ exits 1), never silently.
 from __future__ import annotations
 
 import functools
+import random
 import signal as signals
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,13 @@ from reaper import Clock, CompletionExecutor, Reaper
 __all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
 
 _log = get_logger()
+
+#: After a fence, a partition waits this long (doubling per fence in a row, up to the most;
+#: with jitter) before it is restored again: two writers on one partition (a misconfiguration)
+#: then take turns instead of fencing each other on every batch.
+FENCE_BACKOFF_S = 0.5
+FENCE_BACKOFF_MAX_S = 30.0
+_FENCE_STREAK_RESET_S = 300.0
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -204,6 +212,9 @@ class Service:
             max_memory_bytes=settings.max_memory_bytes,
         )
         self.restores: dict[int, Progress] = {}
+        self.fences: dict[int, int] = {}  # partition -> times fenced
+        self._fence_streak: dict[int, tuple[int, float]] = {}  # partition -> (in a row, last)
+        self._fence_until: dict[int, float] = {}  # partition -> when it may be restored again
         self.source.on_revoke(self._hand_over)
         self.owners: StaticOwners | None = None
         self.forwarder: Forwarder | None = None
@@ -261,9 +272,10 @@ class Service:
         return self.ready and bool(self._held()) and self._caught_up()
 
     def partition_status(self) -> list[PartitionStatus]:
-        """The input partitions held now: served, or restoring (and how far)."""
+        """The input partitions held now: served, restoring (and how far), or fenced."""
         serving = self.state.serving()
-        held = serving | self.state.restoring_now()
+        restoring = self.state.restoring_now()
+        held = serving | restoring | {p for p in self._held() if self._holding_off(p)}
         now = trio.current_time()
         statuses = []
         for partition in sorted(held):
@@ -274,7 +286,23 @@ class Service:
                 seconds = (
                     progress.seconds if progress.seconds is not None else now - progress.started_s
                 )
-            statuses.append(PartitionStatus(partition, partition in serving, records, seconds))
+            state = (
+                "serving"
+                if partition in serving
+                else "restoring"
+                if partition in restoring
+                else "fenced"
+            )
+            statuses.append(
+                PartitionStatus(
+                    partition,
+                    partition in serving,
+                    records,
+                    seconds,
+                    state=state,
+                    fenced=self.fences.get(partition, 0),
+                )
+            )
         return statuses
 
     def readiness(self) -> dict[str, object]:
@@ -283,9 +311,10 @@ class Service:
             "ready": self.is_ready(),
             "partitions": {
                 str(s.partition): {
-                    "state": "serving" if s.serving else "restoring",
+                    "state": s.state,
                     "restore_records": s.records,
                     "restore_seconds": round(s.seconds, 3),
+                    "fenced": s.fenced,
                 }
                 for s in self.partition_status()
             },
@@ -307,6 +336,7 @@ class Service:
             commit=self.outbox.put_commit,
             took=self.changelog.expect if self.changelog is not None else None,
             taken=self.metrics.partition_taken,
+            hold_off=self._holding_off,
         )
 
     def _held(self) -> set[int]:
@@ -348,9 +378,31 @@ class Service:
 
     def _fenced(self, partition: int) -> None:
         """Another writer wrote to ``partition``'s changelog: stop serving it; the assignment
-        follower restores it again from the changelog (if it is still ours)."""
+        follower restores it again from the changelog (if it is still ours) after a back-off
+        that doubles while the fences go on (a second writer that stays is a
+        misconfiguration: the log, the metric and ``/readyz`` say so)."""
         self.state.drop(partition)
         self.restores.pop(partition, None)
+        self.metrics.partition_fenced(partition)
+        self.fences[partition] = self.fences.get(partition, 0) + 1
+        now = trio.current_time()
+        streak, last = self._fence_streak.get(partition, (0, now))
+        streak = streak + 1 if now - last < _FENCE_STREAK_RESET_S else 1
+        self._fence_streak[partition] = (streak, now)
+        delay = min(FENCE_BACKOFF_MAX_S, FENCE_BACKOFF_S * 2 ** (streak - 1))
+        delay *= random.uniform(0.5, 1.0)  # two writers must not retry in step
+        self._fence_until[partition] = now + delay
+        _log.warning(
+            "partition_restore_deferred",
+            partition=partition,
+            seconds=round(delay, 3),
+            fences_in_a_row=streak,
+            fences=self.fences[partition],
+        )
+
+    def _holding_off(self, partition: int) -> bool:
+        """Whether ``partition`` waits out its back-off after a fence."""
+        return trio.current_time() < self._fence_until.get(partition, 0.0)
 
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)

@@ -27,11 +27,22 @@ after it.
 One writer per partition, checked at every acknowledgement: the writer knows the offset its
 next record of a partition should get (the end it restored to, then each of its own records).
 A record acknowledged at another offset means someone else wrote to the partition meanwhile (a
-zombie that kept writing after the partition moved, or the new owner seen by a zombie): the
-partition is **fenced**. Nothing its batch decided is released (no callback, no waiter woken),
-and ``on_fenced`` has the service drop the partition and restore it again from the changelog,
-whose order is the truth for every writer: what was released was decided on exactly a prefix of
-it.
+zombie that kept writing after the partition moved, the new owner seen by a zombie, or two
+replicas configured onto the same partitions): the partition is **fenced**, and stays fenced
+until the service has restored it again from the changelog and says where it took it over
+(:meth:`Changelog.expect`). Whatever the stale engine recorded is then void, wherever it is:
+
+* nothing its fenced batch decided is released (no callback, no waiter woken, no offset
+  committed);
+* its entries still waiting in later batches are withdrawn, never written, and their releases
+  dropped (they were decided on the stale state too);
+* an HTTP write that waits for them (:meth:`Changelog.durable`) fails with
+  :class:`~purgatory.service._errors.NotServingError` (503, retry: a registration is idempotent);
+* anything it tries to record while fenced is refused the same way.
+
+``on_fenced`` has the service drop the partition and restore it again from the changelog, whose
+order is the truth for every writer: every outcome released was decided on exactly a prefix of
+it, so two writers can waste work, never release conflicting outcomes.
 
 An entry too large for a record is refused before the engine applies it
 (:class:`~purgatory._core.SizeLimitError`). A record the broker refuses for good (the topic is
@@ -49,6 +60,7 @@ from typing import Any, Protocol
 import trio
 
 from purgatory._core import JournalEntry, SizeLimitError, TransportError, encode_entry
+from purgatory.service._errors import NotServingError
 from purgatory.service._logging import get_logger
 from purgatory.service._transport import OutRecord, RecordSink
 
@@ -124,6 +136,8 @@ class Changelog:
         self._delivered = delivered
         self._on_fenced = on_fenced
         self._expected: dict[int, int] = {}  # partition -> offset its next record should get
+        self._fenced: set[int] = set()  # fenced, not yet taken over again (see expect)
+        self._fences: dict[int, int] = {}  # partition -> times fenced (durable() compares)
         self.fenced = 0
         self._sealed: list[_Batch] = []
         self._open = _Batch()
@@ -153,6 +167,8 @@ class Changelog:
             TransportError: the journal has failed for good.
         """
         self._check()
+        if partition in self._fenced:
+            raise NotServingError(partition, restoring=True)
         text = json.dumps(encode_entry(entry), ensure_ascii=False, separators=(",", ":"))
         size = len(text.encode("utf-8", "surrogatepass")) + 1
         if size > self._max_entries_bytes:
@@ -176,6 +192,8 @@ class Changelog:
         """Record the position ``partition`` reached in ``topic`` with the entries recorded so
         far (the next offset to apply)."""
         self._check()
+        if partition in self._fenced:
+            return  # its entries are void: the restore says where the inputs resume
         part = self._open.parts.get(partition)
         if part is None:
             part = self._open.parts[partition] = _Part()
@@ -195,8 +213,10 @@ class Changelog:
 
     def after(self, release: Callable[[], None], *, partition: int | None = None) -> None:
         """Call ``release`` once everything recorded so far is acknowledged (in order); not at
-        all if ``partition`` is fenced by that acknowledgement."""
+        all if ``partition`` is fenced before it (what a fenced engine decided is void)."""
         self._check()
+        if partition is not None and partition in self._fenced:
+            return
         if self._open.empty() and (self._last is None or self._last.done.is_set()):
             release()  # nothing recorded yet, nothing in flight
             return
@@ -205,25 +225,35 @@ class Changelog:
 
     def expect(self, partition: int, offset: int) -> None:
         """This writer takes ``partition`` over at ``offset`` (the end it restored to): its
-        next record there must land at that offset."""
+        next record there must land at that offset (a fence on it is lifted)."""
+        self._fenced.discard(partition)
         self._expected[partition] = offset
 
     def forget(self, partition: int) -> None:
         """This writer no longer owns ``partition``."""
         self._expected.pop(partition, None)
+        self._fenced.discard(partition)
 
-    async def durable(self) -> None:
+    async def durable(self, partitions: Iterable[int] = ()) -> None:
         """Return once everything recorded so far is acknowledged by the broker.
+
+        Args:
+            partitions: the partitions whose entries the caller waits for; if one of them is
+                fenced meanwhile, those entries may have been withdrawn.
 
         Raises:
             TransportError: the journal failed; what was recorded is not known to be durable.
+            NotServingError: a partition of ``partitions`` was fenced meanwhile (retry later).
         """
+        fences = {p: self._fences.get(p, 0) for p in partitions}
         batch = self._last
-        if batch is None:
-            return
-        await batch.done.wait()
-        if batch.error is not None:
-            raise batch.error
+        if batch is not None:
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+        for partition, count in fences.items():
+            if self._fences.get(partition, 0) != count:
+                raise NotServingError(partition, restoring=True)
 
     def close(self) -> None:
         """No more entries: :meth:`run` returns once everything recorded is acknowledged."""
@@ -265,6 +295,9 @@ class Changelog:
                     continue
                 self._seal()
             batch = self._sealed.pop(0)
+            if batch.empty():  # everything it held was withdrawn by a fence
+                batch.done.set()
+                continue
             try:
                 fenced = await self._write(batch)
             except TransportError as exc:
@@ -274,8 +307,20 @@ class Changelog:
             for partition, release in batch.releases:
                 if partition is None or partition not in fenced:
                     release()
-            for partition in sorted(fenced):
+            for partition in sorted(fenced - self._fenced):
+                self._fence(partition)
                 self._on_fenced(partition)
+
+    def _fence(self, partition: int) -> None:
+        """Void what the stale engine of ``partition`` recorded and is not yet written."""
+        self._fenced.add(partition)
+        self._fences[partition] = self._fences.get(partition, 0) + 1
+        self.fenced += 1
+        for batch in [*self._sealed, self._open]:
+            part = batch.parts.pop(partition, None)
+            if part is not None:
+                self._pending_entries -= len(part.entries)
+            batch.releases = [(p, r) for p, r in batch.releases if p != partition]
 
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         self._failure = error
@@ -320,18 +365,25 @@ class Changelog:
     def _check_offsets(self, order: list[int], written: list[int | None]) -> set[int]:
         fenced: set[int] = set()
         for partition, offset in zip(order, written, strict=True):
+            if partition in self._fenced:
+                fenced.add(partition)  # written before the fence was seen: void as well
+                continue
             expected = self._expected.get(partition)
             if offset is None or expected is None:
                 continue  # not known (a sink that does not say), or not taken over
             if offset != expected:
                 fenced.add(partition)
                 del self._expected[partition]
-                self.fenced += 1
                 _log.error(
                     "partition_fenced",
                     partition=partition,
                     expected_offset=expected,
                     written_offset=offset,
+                    detail="another writer appended to this partition's changelog: a replica"
+                    " that kept writing after the partition moved, or two replicas configured"
+                    " onto the same partitions (the same ordinal or static partitions);"
+                    " nothing this writer decided since is released, and it restores the"
+                    " partition from the changelog",
                 )
             else:
                 self._expected[partition] = offset + 1
@@ -354,9 +406,9 @@ class Gate(Protocol):
 
     def position(self, partition: int, topic: str, offset: int) -> None: ...
 
-    def after(self, release: Callable[[], None]) -> None: ...
+    def after(self, release: Callable[[], None], *, partition: int | None = None) -> None: ...
 
-    async def durable(self) -> None: ...
+    async def durable(self, partitions: Iterable[int] = ()) -> None: ...
 
 
 class NoJournal:
@@ -366,11 +418,11 @@ class NoJournal:
     def position(self, partition: int, topic: str, offset: int) -> None:
         """Nothing to record."""
 
-    def after(self, release: Callable[[], None]) -> None:
+    def after(self, release: Callable[[], None], *, partition: int | None = None) -> None:
         """Release at once."""
         release()
 
-    async def durable(self) -> None:
+    async def durable(self, partitions: Iterable[int] = ()) -> None:
         """Nothing to wait for."""
 
 

@@ -79,7 +79,7 @@ async def create_operation(request: Request) -> Response:
     except RecordError:  # a policy of this replica's, e.g. a reply_to not allowed
         ctx.config.count_registration("invalid")
         raise
-    await ctx.gate.durable()
+    await ctx.gate.durable([ctx.state.partition_of(req.scope)])
     return JSONResponse(answer, status_code=status)
 
 
@@ -132,7 +132,7 @@ async def create_operations(request: Request) -> Response:
         except NotServingError as exc:
             status, answer = 503, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
         results[index] = {"http_status": status, **answer}
-    await ctx.gate.durable()
+    await ctx.gate.durable({ctx.state.partition_of(decoded[i].scope) for i in local})
     return JSONResponse({"results": results})
 
 
@@ -225,7 +225,7 @@ async def cancel_operation(request: Request) -> Response:
     ctx = _context(request)
     scope, op_id = _query(request)
     outcome = ctx.state.cancel(CancelRequest(op_id=op_id, scope=scope))
-    await ctx.gate.durable()
+    await ctx.gate.durable([ctx.state.partition_of(scope)])
     if outcome is None:
         found = ctx.state.lookup(scope, op_id)
         if found is None:
@@ -265,7 +265,7 @@ async def post_signals(request: Request) -> Response:
     local, forwarded = await _forward_parts(ctx, request, payload, "signals", records)
     client = _client(request)
     completed = sum(_signal(ctx, records[i], client) for i in local)
-    await ctx.gate.durable()
+    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local})
     completed += sum(answer.get("completed", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "completed": completed})
 
@@ -279,7 +279,7 @@ async def post_watermarks(request: Request) -> Response:
     )
     local, forwarded = await _forward_parts(ctx, request, payload, "watermarks", records)
     moved = sum(ctx.state.watermark(records[i]) for i in local)
-    await ctx.gate.durable()
+    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local})
     moved += sum(answer.get("moved", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "moved": moved})
 

@@ -84,8 +84,11 @@ async def run_intake(
         if metrics is not None:
             for topic, count in counts.items():
                 metrics.records_consumed(topic, count)
-        if offsets:
-            gate.after(functools.partial(outbox.put_commit, offsets))
+        # One commit per partition: a partition fenced before its entries are acknowledged
+        # must not commit offsets its void entries reached (the others still do).
+        for partition in sorted({p for _t, p in offsets}):
+            mine = {tp: o for tp, o in offsets.items() if tp[1] == partition}
+            gate.after(functools.partial(outbox.put_commit, mine), partition=partition)
         await outbox.wait_for_room()
 
 

@@ -207,10 +207,17 @@ class _ConsumerThread:
             except queue.Empty:
                 return
             assigned = consumer.assignment()
-            for (topic, partition), position in request.positions.items():
+            for (topic, partition), asked in request.positions.items():
                 tp = TopicPartition(topic, partition)
                 if tp not in assigned:
                     continue
+                position = asked
+                if position is None and tp in self._reading and self._start == "committed":
+                    # Taken again while it was read (a fence restored it): what was read
+                    # meanwhile was skipped, so read again from the group's committed offset.
+                    position = consumer.committed(tp)
+                    if position is None:
+                        position = consumer.beginning_offsets([tp])[tp]
                 if position is not None:
                     consumer.seek(tp, position)
                     self._next_offsets[tp] = position
@@ -460,7 +467,9 @@ class KafkaSource:
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         """Start reading held partitions, each at its offset (None: where it stands, the
-        group's committed offset or the start); waits until the consumer thread has."""
+        group's committed offset or the start; for a partition read already, which a fence had
+        the service restore again, the group's committed offset); waits until the consumer
+        thread has."""
         request = _ResumeRequest(dict(positions), trio.Event(), trio.lowlevel.current_trio_token())
         self._thread.request_resume(request)
         await request.done.wait()

@@ -81,15 +81,20 @@ class PartitionStatus:
 
     Attributes:
         partition: its number.
-        serving: restored and served (False: restoring).
+        serving: restored and served (False: restoring, or fenced and waiting to restore).
         records: changelog records its restore read.
         seconds: how long its restore took (so far, while restoring).
+        state: ``serving``, ``restoring``, or ``fenced`` (another writer appended to its
+            changelog; it waits out a back-off before it restores again).
+        fenced: times it was fenced since this replica started.
     """
 
     partition: int
     serving: bool
     records: int
     seconds: float
+    state: str = "serving"
+    fenced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +339,14 @@ class Metrics:
             ["partition"],
             registry=r,
         )
+        self._fenced = Counter(
+            "purgatory_partition_fenced_total",
+            "Times another writer appended to an input partition's changelog while this replica"
+            " owned it, by partition (a zombie owner, or two replicas configured onto the same"
+            " partitions): nothing decided since is released, and the partition is restored.",
+            ["partition"],
+            registry=r,
+        )
         self._registrations = Counter(
             "purgatory_registrations_total",
             "Registrations, by result: " + ", ".join(REGISTRATION_RESULTS) + ".",
@@ -376,6 +389,7 @@ class Metrics:
             self._overdue,
             self._signals,
             self._taken,
+            self._fenced,
             self._registrations,
         )
         self._histograms = (
@@ -500,6 +514,11 @@ class Metrics:
     def partition_taken(self, partition: int) -> None:
         """Count a partition this replica was given (its restore begins)."""
         self._taken.labels(partition=str(partition)).inc()
+        self._child(self._fenced, str(partition))  # at 0 from the start: increase() sees the first
+
+    def partition_fenced(self, partition: int) -> None:
+        """Count a partition fenced because another writer appended to its changelog."""
+        self._fenced.labels(partition=str(partition)).inc()
 
     def dead_lettered(self, topic: str, reason: str) -> None:
         """Count a record of ``topic`` sent to the dead letters; keep ``reason`` a short word."""
@@ -553,6 +572,7 @@ class Metrics:
         """
         found = {name for name, _ in _gauge_docs()}
         found.update(name + "_total" for name, _ in _JOURNAL_COUNTERS)
+        found.update(SNAPSHOT_METRIC_NAMES)
         for wrapper in (*self._counters, *self._histograms):
             for metric in wrapper.describe():
                 found.add(metric.name + "_total" if metric.type == "counter" else metric.name)

@@ -251,6 +251,7 @@ async def follow_assignment(
     commit: Callable[[dict[tuple[str, int], int]], None] = lambda _offsets: None,
     took: Callable[[int, int], None] | None = None,
     taken: Callable[[int], None] = lambda _partition: None,
+    hold_off: Callable[[int], bool] = lambda _partition: False,
     poll_s: float = 0.05,
 ) -> None:
     """Serve exactly the input partitions the source holds: restore each one it is given
@@ -261,7 +262,8 @@ async def follow_assignment(
     ``took`` is told each partition restored and the changelog offset it was restored to (the
     journal's writer then checks that its next record lands there); ``taken`` is told each
     partition as its restore begins. A partition still held but
-    no longer served (fenced: another writer wrote to it) is restored again."""
+    no longer served (fenced: another writer wrote to it) is restored again, once ``hold_off``
+    says its back-off is over."""
     known: set[int] = set()
     while True:
         # Fenced partitions (dropped while still held) are taken again, from the changelog.
@@ -275,7 +277,7 @@ async def follow_assignment(
             progress.pop(partition, None)
             known.discard(partition)
             _log.info("partition_dropped", partition=partition)
-        new = sorted(held - known)
+        new = sorted(p for p in held - known if not hold_off(p))
         for partition in new:
             state.restoring(partition)
             taken(partition)

@@ -50,6 +50,7 @@ from purgatory._core import (
     TimeDomain,
     UsageError,
 )
+from purgatory.service._errors import NotServingError
 from purgatory.service._logging import get_logger, logs_enabled
 from purgatory.service._metrics import Metrics
 from purgatory.service._partitioning import partition_for
@@ -61,21 +62,6 @@ __all__ = ["Input", "NotServingError", "ServiceState", "ServiceStatistics"]
 _log = get_logger()
 
 Input = RegisterRequest | CancelRequest | SignalRecord | WatermarkRecord
-
-
-class NotServingError(UsageError):
-    """The scope's partition is not served here now (HTTP 503 with Retry-After).
-
-    Attributes:
-        partition: the scope's partition.
-        restoring: True while this replica restores it (it will serve it soon).
-    """
-
-    def __init__(self, partition: int, *, restoring: bool) -> None:
-        what = "is being restored" if restoring else "is not served by this replica"
-        super().__init__(f"partition {partition} {what}; retry later")
-        self.partition = partition
-        self.restoring = restoring
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,25 @@ __all__ = ["render_top"]
 _ROWS = 10  # per section: a frame fits a terminal
 
 
+def _partition_note(partition: str, status: Mapping[str, Any]) -> str:
+    """A line for a partition that is not simply serving (or was fenced): else empty."""
+    state, fenced = status.get("state"), int(status.get("fenced", 0))
+    if state == "restoring":
+        note = (
+            f"  partition {partition}: restoring, {status.get('restore_records', 0)} records"
+            f" in {status.get('restore_seconds', 0)} s"
+        )
+    elif state == "fenced":
+        note = f"  partition {partition}: FENCED, waiting to restore"
+    elif fenced:
+        note = f"  partition {partition}: serving"
+    else:
+        return ""
+    if fenced:
+        note += f" (fenced {fenced}x: another writer appended to its changelog)"
+    return note
+
+
 def render_top(overview: Mapping[str, Any], *, rows: int = _ROWS) -> str:
     """One frame of ``purgatory top`` from an overview answer."""
     now = int(overview.get("now_ms", 0))
@@ -31,13 +50,11 @@ def render_top(overview: Mapping[str, Any], *, rows: int = _ROWS) -> str:
         f"  dead letters={overview.get('dead_letters_total', 0)}",
         "",
     ]
-    restoring = [
-        f"  partition {p}: restoring, {s.get('restore_records', 0)} records"
-        f" in {s.get('restore_seconds', 0)} s"
-        for p, s in sorted(partitions.items(), key=lambda kv: int(kv[0]))
-        if s.get("state") != "serving"
+    notes = [
+        _partition_note(p, s) for p, s in sorted(partitions.items(), key=lambda kv: int(kv[0]))
     ]
-    lines += restoring + ([""] if restoring else [])
+    notes = [note for note in notes if note]
+    lines += notes + ([""] if notes else [])
     lines += _table(
         "busiest scopes",
         ("pending", "partition", "scope"),

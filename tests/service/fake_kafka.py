@@ -168,11 +168,15 @@ class FakeSource:
             await self._on_revoke(frozenset(partitions))
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
-        for tp, position in positions.items():
-            if tp in self.paused:
-                if position is not None:
-                    self.positions[tp] = position
-                self.paused.discard(tp)
+        for tp, asked in positions.items():
+            if tp not in self._assigned:
+                continue
+            position = asked
+            if position is None and tp not in self.paused:  # taken again while read
+                position = self._broker.committed.get(tp, 0)
+            if position is not None:
+                self.positions[tp] = position
+            self.paused.discard(tp)
 
 
 class FakeReader:

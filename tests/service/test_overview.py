@@ -83,7 +83,7 @@ async def test_the_overview_shows_partitions_scopes_deadlines_outcomes_and_dead_
 
         assert body["ready"] is True
         assert body["partitions"] == {
-            "0": {"state": "serving", "restore_records": 0, "restore_seconds": 0.0}
+            "0": {"state": "serving", "restore_records": 0, "restore_seconds": 0.0, "fenced": 0}
         }
         assert (body["pending"], body["scope_count"]) == (3, 1)
         assert body["scopes"] == [{"scope": "big", "pending": 3, "partition": 0}]

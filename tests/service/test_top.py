@@ -55,6 +55,7 @@ def test_a_restoring_partition_and_each_section_show() -> None:
     )
     assert "ready=NO  partitions=1/2 serving" in frame
     assert "partition 1: restoring, 120 records in 0.5 s" in frame
+    assert "partition 0" not in frame  # serving, never fenced: nothing to say
     assert "3        1          s" in frame
     assert "1m05s  s      o" in frame
     assert "500ms  expired LATE  s      x      a,b" in frame
@@ -74,3 +75,22 @@ def test_rows_are_bounded() -> None:
 )  # fmt: skip
 def test_durations_are_short(ms: int, shown: str) -> None:
     assert _relative(ms) == shown
+
+
+def test_a_fenced_partition_names_the_other_writer() -> None:
+    frame = render_top(
+        _overview(
+            partitions={
+                "0": {"state": "fenced", "fenced": 3},
+                "1": {"state": "serving", "fenced": 1},
+                "2": {"state": "serving", "fenced": 0},
+            }
+        )
+    )
+    assert "partitions=2/3 serving" in frame
+    assert (
+        "partition 0: FENCED, waiting to restore (fenced 3x: another writer appended to its"
+        " changelog)" in frame
+    )
+    assert "partition 1: serving (fenced 1x: another writer" in frame
+    assert "partition 2" not in frame
