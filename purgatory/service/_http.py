@@ -25,7 +25,8 @@ half-applied: a batch is validated whole before any item is applied.
 
 The modules: ``_http_table`` (what a route is), ``_http_common`` (the configuration, errors,
 reading a request), ``_http_routes`` (the handlers and the table), ``_http_server`` (how slow
-and stalled clients are cut off), and this one, which serves the table.
+and stalled clients are cut off, and how an answer given before the body was read keeps the
+connection), and this one, which serves the table.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from collections.abc import Mapping
 
 import trio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, request_response
@@ -64,6 +66,7 @@ from purgatory.service._http_common import (
     _wait_s,
 )
 from purgatory.service._http_routes import ROUTES
+from purgatory.service._http_server import DRAIN_FACTOR, EarlyAnswers
 from purgatory.service._http_table import ApiRoute
 from purgatory.service._logging import get_logger
 from purgatory.service._state import NotServingError, ServiceState
@@ -168,7 +171,9 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
     A write is answered once ``gate`` (the journal) has it acknowledged: a 2xx means it survives
     a crash. Reads see the engine as it is, writes not yet acknowledged included. A request for
     a scope another replica owns is forwarded to it (``config.forwarder``); a batch is split by
-    owner, the other owners' parts forwarded first, then the local part applied.
+    owner, the other owners' parts forwarded first, then the local part applied. An answer
+    given before the request's body was read keeps the connection usable (see
+    :class:`~purgatory.service._http_server.EarlyAnswers`).
     """
     by_path: dict[str, dict[str, ApiRoute]] = {}
     for route in ROUTES:
@@ -177,7 +182,14 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
         routes=[
             *(Route(path, _Path(path, methods)) for path, methods in by_path.items()),
             Route("/{rest:path}", _Path(_UNKNOWN_PATH, {})),  # last: what nothing else matched
-        ]
+        ],
+        middleware=[
+            Middleware(
+                EarlyAnswers,
+                max_bytes=DRAIN_FACTOR * config.max_request_bytes,
+                within_s=config.body_timeout_s,
+            )
+        ],
     )
     app.state.purgatory = _Context(state, config, gate if gate is not None else NoJournal())
     return app

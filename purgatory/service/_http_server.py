@@ -1,4 +1,5 @@
-"""How the HTTP server treats its connections (service layer): hypercorn's limits.
+"""How the HTTP server treats its connections (service layer): hypercorn's limits, and what an
+answer given before its request's body was read does to the connection.
 
 Slow and stalled clients (:func:`server_config`; hypercorn's trio worker serves the API). Each
 stage of a request has a bound, so a stalled or trickling client is dropped in bounded time and
@@ -14,17 +15,34 @@ stalled uploads cannot pile up:
   It reads a connection all the time, a request in progress included, and a long poll sends
   nothing while it waits, so this is the longest long poll (``max_wait_ms``) plus
   :data:`READ_GRACE_S` (10 s): 70 s by default.
+
+Early answers (:class:`EarlyAnswers`). A 401 (no known token), a 413 (a declared
+``Content-Length`` over ``max_request_bytes``), a 404 or a 405 is answered before the request's
+body was read. HTTP/1.1 keeps a connection unless the answer says ``Connection: close``, yet
+hypercorn closes one whose request body had not arrived whole when the answer ended, without a
+word: a keep-alive client that sends the rest of its body, or its next request, meets a broken
+pipe. So an early answer is sent at once, whole; when the rest of the body is declared and at
+most :data:`DRAIN_FACTOR` times ``max_request_bytes``, the answer's end is held back while that
+rest is read and thrown away (within ``body_timeout_s``, else the connection is closed as after a
+408), and the connection then serves the next request. A larger rest, or one of unknown length
+(chunked), is not read: the answer says ``Connection: close`` and the connection is closed, so
+the client opens a new one. Reading the body first and answering after would keep the connection
+too, but would hold the answer back from a client that waits for it before it sends its body.
 """
 
 from __future__ import annotations
 
+import trio
 from hypercorn.config import Config as HypercornConfig
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "BODY_TIMEOUT_S",
+    "DRAIN_FACTOR",
     "KEEP_ALIVE_TIMEOUT_S",
     "MAX_INCOMPLETE_BYTES",
     "READ_GRACE_S",
+    "EarlyAnswers",
     "server_config",
 ]
 
@@ -36,6 +54,9 @@ READ_GRACE_S = 10.0
 KEEP_ALIVE_TIMEOUT_S = 5.0
 #: The most bytes of a request line and headers.
 MAX_INCOMPLETE_BYTES = 16 * 1024
+#: After an early answer, the most of a body read and thrown away, in ``max_request_bytes``.
+DRAIN_FACTOR = 2
+_CLOSE = (b"connection", b"close")
 
 
 def server_config(
@@ -56,3 +77,76 @@ def server_config(
     config.keep_alive_timeout = keep_alive_timeout_s
     config.h11_max_incomplete_size = MAX_INCOMPLETE_BYTES
     return config
+
+
+class _Body:
+    """What has arrived of a request's body, told by each ASGI message the application receives."""
+
+    def __init__(self, scope: Scope) -> None:
+        headers = dict(scope["headers"])  # h11 lower-cases the names, refuses repeated lengths
+        length = headers.get(b"content-length")
+        self.declared = int(length) if length is not None else None
+        #: Whether the body ended (or the client left), or there is none.
+        self.ended = self.declared in (None, 0) and b"transfer-encoding" not in headers
+        self.received = 0
+
+    def saw(self, message: Message) -> None:
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            self.ended = self.ended or not message.get("more_body", False)
+        else:  # http.disconnect
+            self.ended = True
+
+    def left(self) -> int | None:
+        """The bytes still to come (None: unknown, the body is chunked)."""
+        return None if self.declared is None else self.declared - self.received
+
+
+class EarlyAnswers:
+    """ASGI middleware: an answer given before its request's body was read keeps a keep-alive
+    connection usable (see the module docstring).
+
+    Args:
+        app: the application.
+        max_bytes: the most of a body read and thrown away after an early answer; a larger (or
+            chunked) rest is not read, and the answer says ``Connection: close``.
+        within_s: how long that reading may take; past it, the connection is closed.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, within_s: float) -> None:
+        self._app = app
+        self._max_bytes = max_bytes
+        self._within_s = within_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        body = _Body(scope)
+        drain = False
+
+        async def receive_seen() -> Message:
+            message = await receive()
+            body.saw(message)
+            return message
+
+        async def send_then_drain(message: Message) -> None:
+            nonlocal drain
+            if message["type"] == "http.response.start" and not body.ended:
+                headers = list(message.get("headers", []))
+                closing = any(
+                    n.lower() == b"connection" and b"close" in v.lower() for n, v in headers
+                )
+                left = body.left()
+                drain = not closing and left is not None and left <= self._max_bytes
+                if not closing and not drain:
+                    message = {**message, "headers": [*headers, _CLOSE]}
+            elif message["type"] == "http.response.body" and drain and not message.get("more_body"):
+                await send({**message, "more_body": True})  # the whole answer, at once
+                with trio.move_on_after(self._within_s):
+                    while not body.ended:
+                        await receive_seen()
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self._app(scope, receive_seen, send_then_drain)

@@ -1,7 +1,7 @@
 """The HTTP API against hostile and careless clients: what each gets, and that none gets a 500.
 
-All in virtual time through ASGI, but the stalled-connection tests at the end, which serve the
-API with hypercorn's trio worker on loopback and hold a real socket half-sent.
+All in virtual time through ASGI, but the connection tests at the end, which serve the API with
+hypercorn's trio worker on loopback and hold a real socket half-sent, or refused before its body.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+import h11
 import httpx
 import pytest
 import structlog
@@ -402,14 +403,19 @@ async def test_a_cursor_from_a_finished_operation_still_pages_on(
         assert rest["next_cursor"] is None
 
 
-# -- slow and stalled clients, on a real socket -------------------------------------------------
+# -- slow, stalled and refused clients, on a real socket -----------------------------------------
 
 
 @asynccontextmanager
 async def served(
-    *, body_timeout_s: float = 30.0, read_grace_s: float = 10.0, keep_alive_timeout_s: float = 5.0
+    *,
+    body_timeout_s: float = 30.0,
+    read_grace_s: float = 10.0,
+    keep_alive_timeout_s: float = 5.0,
+    tokens: dict[str, str] | None = None,
 ) -> AsyncIterator[tuple[str, int]]:
-    """The API (an empty state) served by hypercorn's trio worker on a loopback port."""
+    """The API (an empty state, ``tokens`` if any) served by hypercorn's trio worker on a
+    loopback port."""
     state = ServiceState(
         EngineConfig(), partitions=1, now_ms=lambda: 0, max_deadline_ahead_ms=60_000
     )
@@ -421,6 +427,7 @@ async def served(
         ready=lambda: True,
         metrics=lambda: (b"", "text/plain"),
         openapi={},
+        authenticator=Authenticator(tokens or {}),
         body_timeout_s=body_timeout_s,
     )
     hypercorn = server_config(
@@ -499,3 +506,92 @@ async def test_stalled_uploads_do_not_hold_up_the_probes() -> None:
                 assert (await http.get("/healthz")).json() == {"status": "ok"}
         for stream in stalled:
             await stream.aclose()
+
+
+async def _answer(stream: trio.SocketStream, client: h11.Connection) -> tuple[h11.Response, bytes]:
+    """The next whole answer on ``stream``, read through ``client`` (within 5 s)."""
+    response: h11.Response | None = None
+    body = b""
+    with trio.fail_after(5):
+        while True:
+            event = client.next_event()
+            if event is h11.NEED_DATA:
+                client.receive_data(await stream.receive_some(65_536))
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                assert response is not None
+                return response, body
+            else:
+                raise AssertionError(f"not an answer: {event!r}")
+
+
+def _says_close(response: h11.Response) -> bool:
+    return any(n == b"connection" and b"close" in v.lower() for n, v in response.headers)
+
+
+EARLY = [  # (status, with the token, declared body): answered before the body is read
+    pytest.param(401, False, 5_000, id="401"),
+    pytest.param(413, True, 15_000, id="413"),  # over max_request_bytes (10,000)
+]
+
+
+@pytest.mark.parametrize(("status", "with_token", "length"), EARLY)
+async def test_an_early_answer_keeps_the_connection_for_the_next_request(
+    status: int, with_token: bool, length: int
+) -> None:
+    # The answer comes before the body is sent; then the body, late as over a real network, then
+    # two more requests on the same connection: the server read and discarded the body.
+    headers = [("Host", "x"), ("Content-Length", str(length))]
+    if with_token:
+        headers.append(("Authorization", f"Bearer {SPARK}"))
+    async with served(tokens={"spark": SPARK}) as (host, port):
+        stream = await trio.open_tcp_stream(host, port)
+        client = h11.Connection(h11.CLIENT)
+        await stream.send_all(
+            client.send(h11.Request(method="POST", target="/v1/signals", headers=headers))
+        )
+        response, body = await _answer(stream, client)
+        assert response.status_code == status, body
+        assert json.loads(body)["error"]["status"] == status
+        assert not _says_close(response)
+        await trio.sleep(0.2)  # the server has long finished its answer
+        await stream.send_all(client.send(h11.Data(data=b" " * length)))
+        await stream.send_all(client.send(h11.EndOfMessage()))
+        client.start_next_cycle()
+        for path in ("/healthz", "/readyz"):
+            await stream.send_all(
+                client.send(h11.Request(method="GET", target=path, headers=[("Host", "x")]))
+            )
+            await stream.send_all(client.send(h11.EndOfMessage()))
+            response, body = await _answer(stream, client)
+            assert response.status_code == 200, body
+            client.start_next_cycle()
+        await stream.aclose()
+
+
+@pytest.mark.parametrize(("status", "with_token", "length"), EARLY)
+async def test_an_early_answer_to_a_body_too_big_to_read_closes_the_connection(
+    status: int, with_token: bool, length: int
+) -> None:
+    # Far more than the server would read: it says Connection: close and closes; a new
+    # connection is served.
+    headers = [("Host", "x"), ("Content-Length", str(length * 1_000))]
+    if with_token:
+        headers.append(("Authorization", f"Bearer {SPARK}"))
+    async with served(tokens={"spark": SPARK}) as (host, port):
+        stream = await trio.open_tcp_stream(host, port)
+        client = h11.Connection(h11.CLIENT)
+        await stream.send_all(
+            client.send(h11.Request(method="POST", target="/v1/signals", headers=headers))
+        )
+        await stream.send_all(client.send(h11.Data(data=b" " * 1_000)))
+        response, _ = await _answer(stream, client)
+        assert response.status_code == status
+        assert _says_close(response)
+        assert await _until_closed(stream, within_s=3) == b""
+        await stream.aclose()
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as http:
+            assert (await http.get("/healthz")).status_code == 200
