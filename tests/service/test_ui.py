@@ -14,6 +14,9 @@ field). The page is opened, asks for the token (a wrong one first), and must sho
 with the right content; then an operation registered after the page loaded must appear by
 itself. With ``PURGATORY_RECORD_UI=1`` the test saves the screenshot of the docs
 (``docs/ui.png``). Every wait is bounded.
+
+The token is also given at the common screen sizes, from a narrow window to a full HD one, with
+real clicks: nothing on the page (the deadline timeline once did) may cover the login form.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, ViewportSize, expect, sync_playwright
 
 from purgatory.client import PurgatoryClient
 from purgatory.service._broker import EmbeddedBroker
@@ -58,6 +61,15 @@ QUORUM = "quorum@2026-11-22"
 SESSIONS = "sessions"
 YESTERDAY = "nightly@2026-11-21"
 WAIT_MS = 20_000  # the page's own waits (it polls every 1.5 s)
+CLICK_MS = 5_000  # a control that cannot take a click within this is covered
+SIZES = [  # common laptop and desktop screens, and a narrow window
+    ViewportSize(width=1280, height=720),
+    ViewportSize(width=1366, height=768),
+    ViewportSize(width=1440, height=900),
+    ViewportSize(width=1536, height=864),
+    ViewportSize(width=1920, height=1080),
+    ViewportSize(width=800, height=600),
+]
 
 
 def _wall_ms() -> int:
@@ -270,3 +282,43 @@ def test_the_page_shows_the_replica_and_updates_itself(
 
         if os.environ.get("PURGATORY_RECORD_UI") == "1":
             page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def served_with_token(
+    kafka_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``purgatory serve`` with an API token, one operation pending in ``NIGHTLY``: its URL."""
+    settings = _settings(kafka_broker)
+    log = tmp_path_factory.mktemp("ui-sizes") / "service.log"
+    with service_process(
+        kafka_broker.bootstrap_servers, log, _env(settings), partitions=PARTITIONS
+    ) as child:
+        with PurgatoryClient(child.url, token=TOKEN) as client:
+            client.register(
+                scope=NIGHTLY, op_id="report", keys=["ingest/orders"], timeout_ms=600_000
+            )
+        yield child.url
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size['width']}x{size['height']}")
+def test_the_token_is_taken_at_every_common_screen_size(
+    served_with_token: str, browser_page: Page, size: ViewportSize
+) -> None:
+    page = browser_page
+    page.set_viewport_size(size)
+    page.goto(f"{served_with_token}/ui")
+    expect(page.locator("#login")).to_be_visible()
+    page.locator("#token").click(timeout=CLICK_MS)  # real clicks: they fail if covered
+    page.keyboard.type(TOKEN)
+    page.get_by_role("button", name="Use token").click(timeout=CLICK_MS)
+    expect(page.locator("#login")).to_be_hidden()
+
+    # What only the token shows: the pending operation's scope, then its operations.
+    scope = page.locator(f'#scopes tr[data-scope="{NIGHTLY}"]')
+    expect(scope.locator("td").nth(1)).to_have_text("1")
+    expect(page.locator("#status-line")).to_contain_text("Updated")
+    scope.click(timeout=CLICK_MS)
+    expect(page.locator('#operations tr[data-op="report"]')).to_contain_text("ingest/orders")
+    page.get_by_role("button", name="Pause").click(timeout=CLICK_MS)
+    expect(page.get_by_role("button", name="Resume")).to_be_visible()
