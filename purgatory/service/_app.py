@@ -551,6 +551,7 @@ async def run_service(
     clock: Clock | None = None,
     stop: trio.Event | None = None,
     transport: Transport | None = None,
+    metrics: Metrics | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the service until SIGTERM/SIGINT (or ``stop``), then shut down gracefully.
@@ -560,6 +561,7 @@ async def run_service(
         clock: the time source (epoch ms from the wall clock by default).
         stop: set it to stop (tests); otherwise SIGTERM and SIGINT stop the service.
         transport: the broker seam (kafka-python by default; an in-memory fake in tests).
+        metrics: the metrics to serve (new ones by default; ``serve`` adds the snapshotter's).
         task_status: receives the HTTP addresses once the service is ready.
 
     Raises:
@@ -588,6 +590,7 @@ async def run_service(
             assignment=assignment,
         ) as source,
     ):
-        service = Service(settings, clock, source, sink, reader)
+        metrics = metrics if metrics is not None else Metrics()
+        service = Service(settings, clock, source, sink, reader, metrics=metrics)
         await service.run(stop, own_signals=own_signals, task_status=task_status)
     _log.info("service_closed")
