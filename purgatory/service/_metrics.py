@@ -33,6 +33,9 @@ from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
 from purgatory.service._changelog import ChangelogStatistics
 from purgatory.service._logging import get_logger
 from purgatory.service._outbox_stats import OutboxStatistics
+from purgatory.service._snapshot_metrics import SNAPSHOT_METRIC_NAMES, SnapshotCollector
+from purgatory.service._snapshot_watch import SnapshotStatus
+from purgatory.service._supervisor import SupervisorStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
 
 __all__ = [
@@ -407,6 +410,8 @@ class Metrics:
         self._collector = _ScrapeCollector(version or _installed_version())
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r.register(self._collector)
+        self._snapshots = SnapshotCollector()
+        r.register(self._snapshots)
 
     def bind(
         self,
@@ -444,6 +449,21 @@ class Metrics:
             partitions,
             journal,
         )
+
+    def bind_snapshots(
+        self,
+        *,
+        snapshots: Callable[[], list[SnapshotStatus]],
+        snapshotter: Callable[[], SupervisorStatistics] | None = None,
+    ) -> None:
+        """Set what the snapshot gauges and the snapshotter's restarts are read from at each
+        scrape (until then their families have no samples).
+
+        Args:
+            snapshots: each watched partition's latest snapshot (the snapshot watch's).
+            snapshotter: the snapshotter supervisor's counts (None: no child is supervised).
+        """
+        self._snapshots.bind(snapshots=snapshots, snapshotter=snapshotter)
 
     def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
         """Count a delivered outcome and observe its latencies.

