@@ -52,6 +52,8 @@ ALERTS = {
     "PurgatoryPendingNearLimit": "purgatory_pending_operations",
     "PurgatoryMemoryNearLimit": "process_resident_memory_bytes",
     "PurgatoryNotReady": "purgatory_ready",
+    "PurgatorySnapshotStale": "purgatory_snapshot_age_seconds",
+    "PurgatorySnapshotterRestarting": "purgatory_snapshotter_restarts_total",
 }
 
 
@@ -114,9 +116,12 @@ def test_alert_thresholds_follow_the_values() -> None:
     assert rules["PurgatoryExecutorLagHigh"]["for"] == "5m"
     assert rules["PurgatoryMemoryNearLimit"]["expr"].endswith("> 0.8 * 1073741824")  # 1Gi
     assert rules["PurgatoryMemoryNearLimit"]["for"] == "10m"
+    assert rules["PurgatorySnapshotStale"]["expr"].endswith("> 10 * 60")  # 10 intervals of 60 s
+    assert rules["PurgatorySnapshotStale"]["for"] == "5m"
+    assert rules["PurgatorySnapshotterRestarting"]["expr"].endswith("[15m]))) > 2")
     rules = _rules(
         {
-            "config": {"max_pending": 20_000_000},
+            "config": {"max_pending": 20_000_000, "snapshot_interval_ms": 1_500},
             "prometheusRule": {
                 "enabled": True,
                 "selector": 'service="purgatory"',
@@ -124,6 +129,8 @@ def test_alert_thresholds_follow_the_values() -> None:
                     "pendingRatio": 0.5,
                     "executorLagSeconds": 0.25,
                     "memoryFraction": 0.9,
+                    "snapshotAgeIntervals": 4,
+                    "snapshotterRestarts": 5,
                 },
                 "for": "2m",
             },
@@ -140,6 +147,27 @@ def test_alert_thresholds_follow_the_values() -> None:
         'max by (namespace, pod) (process_resident_memory_bytes{service="purgatory"})'
         " > 0.9 * 1073741824"
     )
+    assert rules["PurgatorySnapshotStale"]["expr"] == (
+        'max by (namespace, partition) (purgatory_snapshot_age_seconds{service="purgatory"}'
+        ' * (purgatory_snapshot_lag_records{service="purgatory"} > bool 0)) > 4 * 1.5'
+    )
+    assert rules["PurgatorySnapshotStale"]["for"] == "2m"
+    assert rules["PurgatorySnapshotterRestarting"]["expr"] == (
+        "floor(sum by (namespace, pod) (increase("
+        'purgatory_snapshotter_restarts_total{service="purgatory"}[15m]))) > 5'
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"snapshot_interval_ms": 0}, {"journal": False}],
+    ids=["no-snapshots", "no-journal"],
+)
+def test_without_snapshots_there_is_no_snapshot_alert(config: dict[str, Any]) -> None:
+    rules = _rules({"config": config, "prometheusRule": {"enabled": True}})
+    assert "PurgatorySnapshotStale" not in rules
+    assert "PurgatorySnapshotterRestarting" not in rules
+    assert "PurgatoryNotReady" in rules
 
 
 @pytest.mark.parametrize(

@@ -57,12 +57,18 @@ def _rules(values: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
 
 
 _TUNED = {
-    "config": {"max_pending": 20_000_000},
+    "config": {"max_pending": 20_000_000, "snapshot_interval_ms": 1_500},
     "resources": {"limits": {"memory": "3Gi"}},
     "prometheusRule": {
         "enabled": True,
         "selector": 'service="purgatory",namespace=~"pipelines|batch"',
-        "thresholds": {"pendingRatio": 0.5, "executorLagSeconds": 0.25, "memoryFraction": 0.9},
+        "thresholds": {
+            "pendingRatio": 0.5,
+            "executorLagSeconds": 0.25,
+            "memoryFraction": 0.9,
+            "snapshotAgeIntervals": 4,
+            "snapshotterRestarts": 5,
+        },
         "for": "2m",
     },
 }
@@ -71,13 +77,14 @@ _TUNED = {
 @pytest.mark.parametrize(
     ("values", "count"),
     [
-        (RULES_VALUES, 9),
-        (SCENARIOS["prometheus-rule"], 9),
-        (SCENARIOS["everything"], 9),
-        (_TUNED, 9),
-        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 8),
+        (RULES_VALUES, 11),
+        (SCENARIOS["prometheus-rule"], 11),
+        (SCENARIOS["everything"], 11),
+        (_TUNED, 11),
+        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 10),
+        ({"prometheusRule": {"enabled": True}, "config": {"snapshot_interval_ms": 0}}, 9),
     ],
-    ids=["defaults", "alert-labels", "everything", "tuned", "no-memory-limit"],
+    ids=["defaults", "alert-labels", "everything", "tuned", "no-memory-limit", "no-snapshots"],
 )
 def test_promtool_accepts_the_rendered_rules(
     tmp_path: Path, values: dict[str, Any], count: int
