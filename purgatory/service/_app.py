@@ -67,7 +67,7 @@ _log = get_logger()
 #: with jitter) before it is restored again: two writers on one partition (a misconfiguration)
 #: then take turns instead of fencing each other on every batch.
 FENCE_BACKOFF_S = 0.5
-FENCE_BACKOFF_MAX_S = 30.0
+FENCE_BACKOFF_MAX_S = 10.0
 _FENCE_STREAK_RESET_S = 300.0
 
 
@@ -149,6 +149,7 @@ class Service:
     reader: LogReader | None = None
     metrics: Metrics = field(default_factory=Metrics)
     ready: bool = False
+    jitter: random.Random = field(default_factory=random.Random)  # of the back-off after a fence
 
     def __post_init__(self) -> None:
         settings, clock = self.settings, self.clock
@@ -390,7 +391,7 @@ class Service:
         streak = streak + 1 if now - last < _FENCE_STREAK_RESET_S else 1
         self._fence_streak[partition] = (streak, now)
         delay = min(FENCE_BACKOFF_MAX_S, FENCE_BACKOFF_S * 2 ** (streak - 1))
-        delay *= random.uniform(0.5, 1.0)  # two writers must not retry in step
+        delay *= self.jitter.uniform(0.5, 1.0)  # two writers must not retry in step
         self._fence_until[partition] = now + delay
         _log.warning(
             "partition_restore_deferred",

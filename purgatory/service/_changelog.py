@@ -18,7 +18,15 @@ of order); a record is cut before ``max_record_bytes``, the rest goes to the nex
 A record of the changelog (key ``journal``, value JSON)::
 
     {"v": 1, "type": "journal", "partition": 3, "entries": [<journal rows>],
-     "positions": {"<input topic>": <next offset>}, "delivered": <sequence>}
+     "positions": {"<input topic>": <next offset>}, "delivered": <sequence>,
+     "inputs": [[<first entry>, <end entry>, "<input topic>", <offset>], ...]}
+
+``inputs`` (absent when the record holds no entry of a consumed record) says which entries
+each consumed record produced: ``entries[first:end]`` came from ``offset`` of that topic. Two
+writers on one partition (see below) can both journal the same consumed record before either
+is fenced; a replay applies a consumed record's entries only if it is not before the positions
+reached by the records before it (and takes the greatest position reached, not the last), so
+the log decides every input once, whoever wrote it twice.
 
 ``delivered`` is the partition's highest outcome sequence whose callback (and every one before
 it) the broker had acknowledged when the record was written; a restore re-sends the outcomes
@@ -71,6 +79,8 @@ __all__ = [
     "Gate",
     "NoJournal",
     "decode_journal_record",
+    "fresh_entries",
+    "reach",
 ]
 
 _log = get_logger()
@@ -97,6 +107,7 @@ class _Part:
     entries: list[str] = field(default_factory=list)
     size: int = 0
     positions: dict[str, int] = field(default_factory=dict)
+    inputs: list[list[Any]] = field(default_factory=list)  # [first, end, topic, offset]
 
 
 @dataclass
@@ -137,6 +148,7 @@ class Changelog:
         self._on_fenced = on_fenced
         self._expected: dict[int, int] = {}  # partition -> offset its next record should get
         self._fenced: set[int] = set()  # fenced, not yet taken over again (see expect)
+        self._consuming: tuple[int, str, int] | None = None  # the consumed record being applied
         self._fences: dict[int, int] = {}  # partition -> times fenced (durable() compares)
         self.fenced = 0
         self._sealed: list[_Batch] = []
@@ -180,23 +192,41 @@ class Changelog:
         part = self._open.parts.get(partition)
         if part is not None and part.size + size > self._max_entries_bytes:
             self._seal()
+            self._end_input(part)
             part = None
         if part is None:
             part = self._open.parts[partition] = _Part()
+            consuming = self._consuming
+            if consuming is not None and consuming[0] == partition:  # goes on in this record
+                part.inputs.append([0, None, consuming[1], consuming[2]])
         part.entries.append(text)
         part.size += size
         self._pending_entries += 1
         self._touch()
 
+    def consuming(self, partition: int, topic: str, offset: int) -> None:
+        """The entries recorded next for ``partition``, until :meth:`position`, come from the
+        consumed record at ``offset`` of ``topic``."""
+        self._check()
+        if partition in self._fenced:
+            return
+        self._consuming = (partition, topic, offset)
+        part = self._open.parts.get(partition)
+        if part is None:
+            part = self._open.parts[partition] = _Part()
+        part.inputs.append([len(part.entries), None, topic, offset])
+
     def position(self, partition: int, topic: str, offset: int) -> None:
         """Record the position ``partition`` reached in ``topic`` with the entries recorded so
         far (the next offset to apply)."""
         self._check()
+        self._consuming = None
         if partition in self._fenced:
             return  # its entries are void: the restore says where the inputs resume
         part = self._open.parts.get(partition)
         if part is None:
             part = self._open.parts[partition] = _Part()
+        self._end_input(part)
         part.positions[topic] = offset
         self._touch()
 
@@ -267,6 +297,15 @@ class Changelog:
     def _check(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+    @staticmethod
+    def _end_input(part: _Part) -> None:
+        """The consumed record being applied produced no more entries in ``part``."""
+        if part.inputs and part.inputs[-1][1] is None:
+            if part.inputs[-1][0] == len(part.entries):
+                part.inputs.pop()  # it produced none here (refused, or a mere duplicate)
+            else:
+                part.inputs[-1][1] = len(part.entries)
 
     def _touch(self) -> None:
         self._last = self._open
@@ -391,10 +430,16 @@ class Changelog:
 
     def _record(self, partition: int, part: _Part) -> OutRecord:
         positions = json.dumps(part.positions, ensure_ascii=False, separators=(",", ":"))
+        self._end_input(part)
+        inputs = (
+            ',"inputs":' + json.dumps(part.inputs, ensure_ascii=False, separators=(",", ":"))
+            if part.inputs
+            else ""
+        )
         value = (
             f'{{"v":1,"type":"journal","partition":{partition:d},'
             f'"entries":[{",".join(part.entries)}],"positions":{positions},'
-            f'"delivered":{self._delivered(partition):d}}}'
+            f'"delivered":{self._delivered(partition):d}{inputs}}}'
         )
         return OutRecord(
             self._topic, JOURNAL_KEY, value.encode("utf-8", "surrogatepass"), partition=partition
@@ -403,6 +448,8 @@ class Changelog:
 
 class Gate(Protocol):
     """What the intake and the HTTP layer need from the journal (or from its absence)."""
+
+    def consuming(self, partition: int, topic: str, offset: int) -> None: ...
 
     def position(self, partition: int, topic: str, offset: int) -> None: ...
 
@@ -415,6 +462,9 @@ class NoJournal:
     """The gate without a journal (``PURGATORY_JOURNAL=false``): nothing is held back, and
     nothing survives a restart."""
 
+    def consuming(self, partition: int, topic: str, offset: int) -> None:
+        """Nothing to record."""
+
     def position(self, partition: int, topic: str, offset: int) -> None:
         """Nothing to record."""
 
@@ -424,6 +474,33 @@ class NoJournal:
 
     async def durable(self, partitions: Iterable[int] = ()) -> None:
         """Nothing to wait for."""
+
+
+def fresh_entries(doc: dict[str, Any], positions: dict[str, int]) -> list[Any]:
+    """The entries of a journal batch to replay after ``positions`` (reached by the records
+    before it): those of a consumed record already applied before are left out (a second
+    writer journaled it again; see the module docstring)."""
+    entries: list[Any] = doc["entries"]
+    inputs = doc.get("inputs")
+    if not inputs:
+        return entries
+    stale = [
+        (first, end) for first, end, topic, offset in inputs if offset < positions.get(topic, 0)
+    ]
+    if not stale:
+        return entries
+    keep = [True] * len(entries)
+    for first, end in stale:
+        keep[first:end] = [False] * (end - first)
+    return [entry for entry, kept in zip(entries, keep, strict=True) if kept]
+
+
+def reach(positions: dict[str, int], reached: dict[str, int]) -> None:
+    """Fold a journal batch's positions into ``positions``: the greatest wins (two writers'
+    records interleave; every input before the greatest is in the log)."""
+    for topic, offset in reached.items():
+        if offset > positions.get(topic, 0):
+            positions[topic] = offset
 
 
 def decode_journal_record(value: bytes) -> dict[str, Any] | None:

@@ -62,10 +62,11 @@ async def run_intake(
         offsets: dict[tuple[str, int], int] = {}
         counts: dict[str, int] = {}
         for record in batch:
-            if not state.expects(record.topic, record.partition, record.offset):
+            if not state.expects(record.topic, record.partition, record.offset, record.epoch):
                 continue
             offsets[(record.topic, record.partition)] = record.offset + 1
             counts[record.topic] = counts.get(record.topic, 0) + 1
+            gate.consuming(record.partition, record.topic, record.offset)
             refused = _apply(record, state, decoders[record.topic], limits)
             if refused is not None:
                 reason, field, label, scope = refused

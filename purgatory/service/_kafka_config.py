@@ -39,7 +39,9 @@ class ConsumedRecord:
     """One record read from Kafka, detached from kafka-python.
 
     ``offset`` is the record's own offset; the offset to commit after applying it is
-    ``offset + 1``.
+    ``offset + 1``. ``epoch`` counts the resumes of its partition before it was fetched (see
+    :meth:`~purgatory.service._transport.RecordSource.resume_epoch`): a record fetched before
+    the latest seek carries a lower one.
     """
 
     topic: str
@@ -48,6 +50,7 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

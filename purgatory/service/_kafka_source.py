@@ -54,6 +54,7 @@ _COMMIT_TIMEOUT_MS = 30_000
 @dataclass(slots=True)
 class _ResumeRequest:
     positions: dict[tuple[str, int], int | None]
+    epochs: dict[tuple[str, int], int]
     done: trio.Event
     token: trio.lowlevel.TrioToken
 
@@ -137,6 +138,7 @@ class _ConsumerThread:
         self._closed = False
         self._in_flight_requests: dict[int, _CommitRequest] = {}
         self._next_offsets: dict[Any, int] = {}
+        self._epochs: dict[Any, int] = {}  # the epoch of each partition's latest resume
         # Published by the thread, read by trio: each is replaced whole, never mutated.
         self.lag: dict[tuple[str, int], int] = {}
         self.assigned: frozenset[tuple[str, int]] = frozenset()
@@ -221,6 +223,7 @@ class _ConsumerThread:
                 if position is not None:
                     consumer.seek(tp, position)
                     self._next_offsets[tp] = position
+                self._epochs[tp] = request.epochs[(topic, partition)]
                 consumer.resume(tp)
                 self._held.discard(tp)
                 self._reading.add(tp)
@@ -283,8 +286,11 @@ class _ConsumerThread:
             polled = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=self._max_batch)
             batch: list[ConsumedRecord] = []
             for tp, records in polled.items():
+                epoch = self._epochs.get(tp, 0)
                 batch.extend(
-                    ConsumedRecord(r.topic, r.partition, r.offset, r.key, r.value, r.timestamp)
+                    ConsumedRecord(
+                        r.topic, r.partition, r.offset, r.key, r.value, r.timestamp, epoch
+                    )
                     for r in records
                 )
                 if records:
@@ -408,6 +414,7 @@ class KafkaSource:
         self._thread = thread
         self._group_id = group_id
         self._assignor = assignor
+        self._epochs: dict[tuple[str, int], int] = {}  # resumes so far, per partition
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit ``{(topic, partition): next offset to read}`` for the group and wait for it.
@@ -470,9 +477,18 @@ class KafkaSource:
         group's committed offset or the start; for a partition read already, which a fence had
         the service restore again, the group's committed offset); waits until the consumer
         thread has."""
-        request = _ResumeRequest(dict(positions), trio.Event(), trio.lowlevel.current_trio_token())
+        epochs = {tp: self.resume_epoch(*tp) for tp in positions}
+        self._epochs.update(epochs)
+        request = _ResumeRequest(
+            dict(positions), epochs, trio.Event(), trio.lowlevel.current_trio_token()
+        )
         self._thread.request_resume(request)
         await request.done.wait()
+
+    def resume_epoch(self, topic: str, partition: int) -> int:
+        """The epoch the records of a partition carry once it is next resumed (one more than
+        its resumes so far); records fetched before that resume carry a lower one."""
+        return self._epochs.get((topic, partition), 0) + 1
 
 
 @asynccontextmanager

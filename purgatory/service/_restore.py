@@ -39,7 +39,7 @@ from purgatory._core import (
     replay_journal,
     restore_engine,
 )
-from purgatory.service._changelog import decode_journal_record
+from purgatory.service._changelog import decode_journal_record, fresh_entries, reach
 from purgatory.service._kafka_config import ConsumedRecord
 from purgatory.service._logging import get_logger
 from purgatory.service._snapshots import find_latest
@@ -226,10 +226,10 @@ class Replayer:
             doc = decode_journal_record(value)
             if doc is None:
                 continue
-            entries = doc["entries"]
+            entries = fresh_entries(doc, self.positions)
             progress.entries += len(entries)
             decided = replay_journal(self.engine, entries)
-            self.positions.update(doc["positions"])
+            reach(self.positions, doc["positions"])
             if doc["delivered"] > self.acked:
                 self.acked = doc["delivered"]
                 if self._keep:
@@ -346,7 +346,8 @@ async def _take(
         took(partition, journal_end)  # before the resume entry: the first record checked
     now = clock.now_ms()
     late = engine.resume(now)
-    state.serve(partition, engine, acked=acked, positions=positions)
+    epochs = {t: source.resume_epoch(t, partition) for t in input_topics}
+    state.serve(partition, engine, acked=acked, positions=positions, epochs=epochs)
     state.redeliver(resend)
     await source.resume({(t, partition): positions.get(t) for t in input_topics})
     if positions:

@@ -127,6 +127,7 @@ class ServiceState:
         self._restoring: set[int] = set()
         self._acked: dict[int, int] = {}  # partition -> highest acknowledged outcome sequence
         self._positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
+        self._epochs: dict[tuple[str, int], int] = {}  # (topic, partition) -> least epoch
         self._metrics = metrics
         self._now_ms = now_ms
         self._max_ahead_ms = max_deadline_ahead_ms
@@ -172,6 +173,7 @@ class ServiceState:
         *,
         acked: int = 0,
         positions: Mapping[str, int] | None = None,
+        epochs: Mapping[str, int] | None = None,
     ) -> None:
         """Serve ``partition`` with ``engine`` (new, or restored).
 
@@ -179,10 +181,15 @@ class ServiceState:
             acked: the highest outcome sequence known to be delivered.
             positions: per input topic, the next offset to apply (the journal's); records
                 before it were applied already and are skipped.
+            epochs: per input topic, the least record ``epoch`` to apply: records fetched
+                before the source's seek to ``positions`` carry a lower one and are skipped
+                (they may lie past records the seek reads again).
         """
         self._restoring.discard(partition)
         for topic, offset in (positions or {}).items():
             self._positions[(topic, partition)] = offset
+        for topic, epoch in (epochs or {}).items():
+            self._epochs[(topic, partition)] = epoch
         self._engines[partition] = engine
         self._acked[partition] = acked
         self.admission.served(partition, engine)
@@ -202,16 +209,24 @@ class ServiceState:
             self._acked.pop(partition, None)
         for tp in [tp for tp in self._positions if tp[1] == partition]:
             del self._positions[tp]
+        for tp in [tp for tp in self._epochs if tp[1] == partition]:
+            del self._epochs[tp]
 
     def forget_acked(self, partition: int) -> None:
         """Stop following ``partition``'s delivered outcomes (unless it is served again)."""
         if partition not in self._engines:
             self._acked.pop(partition, None)
 
-    def expects(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether a consumed record is to be applied: its partition is served here and the
-        record is not before the position reached (not applied already)."""
-        return partition in self._engines and offset >= self._positions.get((topic, partition), 0)
+    def expects(self, topic: str, partition: int, offset: int, epoch: int = 0) -> bool:
+        """Whether a consumed record is to be applied: its partition is served here, the
+        record is not before the position reached (not applied already), and it was fetched
+        after the source's latest seek of the partition (``epoch``)."""
+        tp = (topic, partition)
+        return (
+            partition in self._engines
+            and offset >= self._positions.get(tp, 0)
+            and epoch >= self._epochs.get(tp, 0)
+        )
 
     def reached(self, topic: str, partition: int, offset: int) -> None:
         """The intake applied ``topic``'s records of ``partition`` up to ``offset`` (next)."""

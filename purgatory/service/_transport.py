@@ -126,7 +126,15 @@ class RecordSource(Protocol):
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         """Start reading assigned partitions, each at its position (None: the group's committed
         offset, or the start). Every partition is held, not read, from the moment it is
-        assigned until it is resumed, so the service can restore its state first."""
+        assigned until it is resumed, so the service can restore its state first. A partition
+        read already (the service restores it again after a fence) is read again from its
+        position; the records fetched before carry a lower ``epoch``, so the service skips
+        those still on their way."""
+        ...
+
+    def resume_epoch(self, topic: str, partition: int) -> int:
+        """The ``epoch`` the partition's records carry once it is next resumed (one more than
+        its resumes so far)."""
         ...
 
 

@@ -20,6 +20,7 @@ the kafka-python source does), and the reader reads a partition to its end (the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -123,6 +124,7 @@ class FakeSource:
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[tuple[str, int]] = set(assigned)
+        self.epochs: dict[tuple[str, int], int] = {}  # resumes so far, per partition
         self.owners: dict[int, str] = {}  # as a group would share them
         self._on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
 
@@ -176,7 +178,11 @@ class FakeSource:
                 position = self._broker.committed.get(tp, 0)
             if position is not None:
                 self.positions[tp] = position
+            self.epochs[tp] = self.resume_epoch(*tp)
             self.paused.discard(tp)
+
+    def resume_epoch(self, topic: str, partition: int) -> int:
+        return self.epochs.get((topic, partition), 0) + 1
 
 
 class FakeReader:
@@ -239,7 +245,8 @@ class FakeTransport:
                         log = broker.topics[tp[0]][tp[1]]
                         start = source.positions[tp]
                         taken = log[start : start + self.max_batch - len(batch)]
-                        batch += taken
+                        epoch = source.epochs.get(tp, 0)
+                        batch += [dataclasses.replace(r, epoch=epoch) for r in taken]
                         source.positions[tp] = start + len(taken)
                     if batch:
                         await send.send(batch)
