@@ -226,6 +226,7 @@ def test_the_page_shows_the_replica_and_updates_itself(
             f'#partitions tr[data-partition="{partition_for(NIGHTLY, PARTITIONS)}"] td'
         )
         assert int(restored.nth(2).inner_text().replace(",", "")) >= 1
+        assert restored.nth(4).inner_text() == "0"  # one writer: never fenced
 
         # Busiest scopes, with their counts and partitions.
         for scope, count in ((SESSIONS, 3), (NIGHTLY, 1), (QUORUM, 1)):
