@@ -54,6 +54,7 @@ ALERTS = {
     "PurgatoryNotReady": "purgatory_ready",
     "PurgatorySnapshotStale": "purgatory_snapshot_age_seconds",
     "PurgatorySnapshotterRestarting": "purgatory_snapshotter_restarts_total",
+    "PurgatoryPartitionFenced": "purgatory_partition_fenced_total",
 }
 
 
@@ -119,6 +120,8 @@ def test_alert_thresholds_follow_the_values() -> None:
     assert rules["PurgatorySnapshotStale"]["expr"].endswith("> 10 * 60")  # 10 intervals of 60 s
     assert rules["PurgatorySnapshotStale"]["for"] == "5m"
     assert rules["PurgatorySnapshotterRestarting"]["expr"].endswith("[15m]))) > 2")
+    assert rules["PurgatoryPartitionFenced"]["expr"].endswith("[15m]))) > 3")
+    assert "for" not in rules["PurgatoryPartitionFenced"]
     rules = _rules(
         {
             "config": {"max_pending": 20_000_000, "snapshot_interval_ms": 1_500},
@@ -131,6 +134,7 @@ def test_alert_thresholds_follow_the_values() -> None:
                     "memoryFraction": 0.9,
                     "snapshotAgeIntervals": 4,
                     "snapshotterRestarts": 5,
+                    "partitionFences": 10,
                 },
                 "for": "2m",
             },
@@ -156,6 +160,10 @@ def test_alert_thresholds_follow_the_values() -> None:
         "floor(sum by (namespace, pod) (increase("
         'purgatory_snapshotter_restarts_total{service="purgatory"}[15m]))) > 5'
     )
+    assert rules["PurgatoryPartitionFenced"]["expr"] == (
+        "floor(sum by (namespace, pod, partition) (increase("
+        'purgatory_partition_fenced_total{service="purgatory"}[15m]))) > 10'
+    )
 
 
 @pytest.mark.parametrize(
@@ -168,6 +176,23 @@ def test_without_snapshots_there_is_no_snapshot_alert(config: dict[str, Any]) ->
     assert "PurgatorySnapshotStale" not in rules
     assert "PurgatorySnapshotterRestarting" not in rules
     assert "PurgatoryNotReady" in rules
+    # Only the journal fences a partition: its alert needs the journal, not the snapshots.
+    assert ("PurgatoryPartitionFenced" in rules) == config.get("journal", True)
+
+
+def test_the_fence_alert_names_the_other_writer_and_where_to_look() -> None:
+    # One fence is a zombie of a rebalance or a rollout; fences that go on are a second writer
+    # configured onto the same partitions, counted per partition and whole (increase()
+    # extrapolates 3 fences to 3.07).
+    rule = _rules(SCENARIOS["prometheus-rule"])["PurgatoryPartitionFenced"]
+    assert rule["labels"] == {"severity": "warning", "team": "data"}
+    assert rule["expr"].startswith("floor(sum by (namespace, pod, partition) (increase(")
+    assert "{{ $labels.partition }}" in rule["annotations"]["summary"]
+    description = re.sub(r"\s+", " ", rule["annotations"]["description"])
+    assert "the same ordinal or the same static partitions" in description
+    assert "a zombie" in description
+    assert "partition_fenced events" in description
+    assert "docs/replicas.md" in description
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,8 @@ def test_config_types_and_ranges_are_the_service_ones() -> None:
         ({"prometheusRule": {"thresholds": {"memoryFraction": "80%"}}}, "memoryFraction"),
         ({"prometheusRule": {"thresholds": {"snapshotAgeIntervals": 0}}}, "snapshotAgeIntervals"),
         ({"prometheusRule": {"thresholds": {"snapshotterRestarts": 1.5}}}, "snapshotterRestarts"),
+        ({"prometheusRule": {"thresholds": {"partitionFences": -1}}}, "partitionFences"),
+        ({"prometheusRule": {"thresholds": {"partitionFences": "3"}}}, "partitionFences"),
         ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "/topologySpreadConstraints/0"),
         ({"networkPolicy": {"egress": {"kafkaPorts": [0]}}}, "/networkPolicy/egress/kafkaPorts"),
         ({"podAnnotations": {"a": 1}}, "/podAnnotations/a"),

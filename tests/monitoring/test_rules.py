@@ -68,6 +68,7 @@ _TUNED = {
             "memoryFraction": 0.9,
             "snapshotAgeIntervals": 4,
             "snapshotterRestarts": 5,
+            "partitionFences": 10,
         },
         "for": "2m",
     },
@@ -77,14 +78,23 @@ _TUNED = {
 @pytest.mark.parametrize(
     ("values", "count"),
     [
-        (RULES_VALUES, 11),
-        (SCENARIOS["prometheus-rule"], 11),
-        (SCENARIOS["everything"], 11),
-        (_TUNED, 11),
-        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 10),
-        ({"prometheusRule": {"enabled": True}, "config": {"snapshot_interval_ms": 0}}, 9),
+        (RULES_VALUES, 12),
+        (SCENARIOS["prometheus-rule"], 12),
+        (SCENARIOS["everything"], 12),
+        (_TUNED, 12),
+        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 11),
+        ({"prometheusRule": {"enabled": True}, "config": {"snapshot_interval_ms": 0}}, 10),
+        ({"prometheusRule": {"enabled": True}, "config": {"journal": False}}, 9),
     ],
-    ids=["defaults", "alert-labels", "everything", "tuned", "no-memory-limit", "no-snapshots"],
+    ids=[
+        "defaults",
+        "alert-labels",
+        "everything",
+        "tuned",
+        "no-memory-limit",
+        "no-snapshots",
+        "no-journal",
+    ],
 )
 def test_promtool_accepts_the_rendered_rules(
     tmp_path: Path, values: dict[str, Any], count: int
