@@ -31,6 +31,24 @@ $(PROMTOOL):
 	rm -f $(PROMETHEUS_DIR)/prometheus_*.deb
 	$(PROMTOOL) --version
 
+## Apache Kafka's broker for the tests marked kafka (purgatory/service/_kafka_broker.py starts
+## it): kafka_2.13, its runtime jars and a log4j2 binding, pinned by .ci/kafka/pom.xml and copied
+## from Maven Central into the venv. Maven caches in ~/.m2; once the stamp is newer than the pom
+## nothing runs, so later runs need no network. Java 17 and Maven (`mvn`) must be installed.
+KAFKA_POM := .ci/kafka/pom.xml
+KAFKA_LIBS := $(VENV)/kafka/libs
+KAFKA_STAMP := $(KAFKA_LIBS)/.resolved
+.PHONY: kafka
+install: kafka
+check: kafka
+kafka: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): $(KAFKA_POM)
+	command -v mvn >/dev/null || { echo "Maven is missing: as root, apt-get install maven" >&2; exit 1; }
+	rm -rf $(KAFKA_LIBS)
+	mvn -q -B -f $(KAFKA_POM) dependency:copy-dependencies -DoutputDirectory=$(abspath $(KAFKA_LIBS))
+	touch $(KAFKA_STAMP)
+
 ## Debian's Chromium for the browser test of the page at /ui (tests/service/test_ui.py), which
 ## Playwright drives; never `playwright install`, whose download host is not reachable. Installed
 ## with apt-get, as root, only when /usr/bin/chromium is missing.
