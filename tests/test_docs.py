@@ -36,6 +36,8 @@ _PURGATORY = Path(sys.executable).parent / "purgatory"
 ELSEWHERE = {
     "make demo": "tests/spark_bridge/test_pipeline.py runs the demo's entry point end to end",
     "make check": ".ci/run (CI) runs it on a clean clone",
+    "make kafka": "make check runs it first; tests/service/test_kafka_broker.py uses its jars",
+    "java": "tests/service/test_kafka_broker.py: KafkaBroker runs the same two commands",
     "make bench": "tests/benchmarks/test_service_smoke.py runs the benchmarks' code paths",
     "make bench-spark": "tests/benchmarks run the Spark benchmark's code paths",
     "helm": "tests/helm render the chart with the Helm SDK (no cluster here)",
