@@ -14,6 +14,11 @@ so a task that reads the channel and commits can never deadlock against it. It s
 batch added its round trip to every signal's latency). The answer reaches the waiting trio task
 through the run's ``TrioToken``, from whichever kafka-python thread delivers it; commits still in
 flight when the consumer closes fail, so nobody waits forever.
+
+The topics' partition counts are published too, read from the consumer's own metadata every
+few polls (a cached lookup: no request of its own). That metadata is refreshed every
+``metadata_max_age_ms`` (a few seconds, not Kafka's five minutes), so a partition added to an
+input topic shows within seconds (see :mod:`purgatory.service._layout`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ _POLL_TIMEOUT_MS = 100
 _CHANNEL_BATCHES = 4
 _FULL_CHANNEL_WAIT_S = 0.01
 _COMMIT_TIMEOUT_MS = 30_000
+_COUNTS_EVERY_POLLS = 10  # at most a second apart while idle (each poll waits at most 100 ms)
 
 
 @dataclass(slots=True)
@@ -139,6 +145,7 @@ class _ConsumerThread:
         self._in_flight_requests: dict[int, _CommitRequest] = {}
         self._next_offsets: dict[Any, int] = {}
         self._epochs: dict[Any, int] = {}  # the epoch of each partition's latest resume
+        self._polls = 0
         # Published by the thread, read by trio: each is replaced whole, never mutated.
         self.lag: dict[tuple[str, int], int] = {}
         self.assigned: frozenset[tuple[str, int]] = frozenset()
@@ -260,11 +267,13 @@ class _ConsumerThread:
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
 
     def _attach(self, consumer: Any) -> None:
+        counts: dict[str, int] = {}
         for topic in self._topics:
             partitions = consumer.partitions_for_topic(topic)
             if not partitions:
                 raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
-            self.partition_counts[topic] = len(partitions)
+            counts[topic] = len(partitions)
+        self.partition_counts = counts
         if self._assignment is not None:
             consumer.assign(self._assignment)
             if self._start == "earliest":
@@ -296,6 +305,9 @@ class _ConsumerThread:
                 if records:
                     self._next_offsets[tp] = records[-1].offset + 1
             self._publish(consumer)
+            self._polls += 1
+            if self._polls % _COUNTS_EVERY_POLLS == 0:
+                self._publish_counts(consumer)
             if self._assignor is not None and self._assignor.take_rejoin():
                 consumer._coordinator.request_rejoin()  # the next poll joins the second round
             if batch and not self._deliver(consumer, send, batch):
@@ -370,6 +382,16 @@ class _ConsumerThread:
                 lag[(tp.topic, tp.partition)] = max(0, highwater - position)
         self.lag = lag
         self.assigned = frozenset((tp.topic, tp.partition) for tp in assigned)
+
+    def _publish_counts(self, consumer: Any) -> None:
+        """Each topic's partition count in the consumer's metadata (the topics read are always
+        in it); a topic missing from it (being deleted) keeps its last count."""
+        counts = dict(self.partition_counts)
+        for topic in self._topics:
+            partitions = consumer.partitions_for_topic(topic)
+            if partitions:
+                counts[topic] = len(partitions)
+        self.partition_counts = counts
 
     def _fail_pending_commits(self) -> None:
         with self._lock:
@@ -462,7 +484,8 @@ class KafkaSource:
         self._thread.on_revoke = handler
 
     def partition_count(self, topic: str) -> int:
-        """How many partitions ``topic`` has (read when the consumer connected).
+        """How many partitions ``topic`` has, as of the consumer's latest metadata (read when it
+        connected, then every few polls; the metadata is at most ``metadata_max_age_ms`` old).
 
         Raises:
             UsageError: ``topic`` is not one this source reads.
@@ -506,6 +529,7 @@ async def open_kafka_source(
     hold: bool = False,
     advertised_url: str | None = None,
     group_instance_id: str | None = None,
+    metadata_max_age_ms: int = 5_000,
 ) -> AsyncIterator[KafkaSource]:
     """Consume ``topics`` in a dedicated thread; yield a ``KafkaSource`` while it runs.
 
@@ -528,6 +552,8 @@ async def open_kafka_source(
             co-partitioned assignor (:mod:`purgatory.service._kafka_assignor`), which is used
             whenever ``hold`` is set.
         group_instance_id: static membership (KIP-345) in the group.
+        metadata_max_age_ms: how old the topics' metadata may get before it is asked for again
+            (how soon a partition added to a topic is seen: ``partition_count``).
 
     Raises:
         UsageError: inconsistent arguments (the message names the argument).
@@ -559,6 +585,7 @@ async def open_kafka_source(
         "session_timeout_ms": session_timeout_ms,
         "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
         "bootstrap_timeout_ms": connect_timeout_ms,
+        "metadata_max_age_ms": metadata_max_age_ms,
     }
     assignor = None
     if assignment is None and hold:

@@ -109,7 +109,8 @@ class RecordSource(Protocol):
         ...
 
     def partition_count(self, topic: str) -> int:
-        """How many partitions ``topic`` has (known once the source is open)."""
+        """How many partitions ``topic`` has (known once the source is open), as of the latest
+        metadata: Kafka can add partitions to a live topic, and this follows within seconds."""
         ...
 
     def owner_urls(self) -> dict[int, str]:

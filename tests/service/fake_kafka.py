@@ -12,7 +12,10 @@ Faults, all deterministic:
 * ``stall``: while cleared, nothing is acknowledged (a stalled broker);
 * ``crash_at``: at that step (every poll handing a batch, send, acknowledgement and commit is a
   step, counted in ``steps``), the scope given in ``crash_scope`` is cancelled, which is what a
-  SIGKILL does to everything the service held in memory; the broker keeps what it acknowledged.
+  SIGKILL does to everything the service held in memory; the broker keeps what it acknowledged;
+* ``add_partitions``: a topic grows, as Kafka's CreatePartitions does to a live topic; producers
+  (``append``) place keys by the new count at once, and the source and the reader report it,
+  while a source keeps reading only the partitions it was given (as a static assignment does).
 
 The source holds every partition it is given until the service resumes it at a position (as
 the kafka-python source does), and the reader reads a partition to its end (the changelog).
@@ -68,6 +71,12 @@ class FakeBroker:
         record = ConsumedRecord(topic, partition, len(records), key, value, 1_000)
         records.append(record)
         return record
+
+    def add_partitions(self, topic: str, count: int) -> None:
+        """Grow ``topic`` to ``count`` partitions (Kafka never takes partitions away)."""
+        partitions = self.topics[topic]
+        assert count > len(partitions), f"{topic} has {len(partitions)} partitions already"
+        partitions.extend([] for _ in range(count - len(partitions)))
 
     def records(self, topic: str) -> list[ConsumedRecord]:
         """Every record of ``topic``, partition by partition."""
@@ -213,6 +222,8 @@ class FakeReader:
         return len(self._broker.topics[topic][partition])
 
     async def partition_count(self, topic: str) -> int:
+        if topic not in self._broker.topics:
+            raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
         return len(self._broker.topics[topic])
 
 
