@@ -15,6 +15,9 @@ Each part is an object with a name on :class:`Service` (``state``, ``changelog``
 :class:`~purgatory.service._transport.Transport` (the in-memory fake included) and drive or
 inspect one part alone.
 
+Before anything starts, the topics keyed by scope must share one partition count, and while
+the service runs a change of one stops its inputs (:mod:`purgatory.service._layout`).
+
 Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
 the reaper); decide every expiration already due; flush the journal; close the outbox and let it
 send, await the
@@ -45,6 +48,7 @@ from purgatory.service._http import HttpConfig, build_app
 from purgatory.service._http_server import server_config
 from purgatory.service._intake import run_intake
 from purgatory.service._kafka import KafkaClientConfig, KafkaTransport
+from purgatory.service._layout import TopicLayout
 from purgatory.service._logging import get_logger
 from purgatory.service._metrics import Metrics, PartitionStatus
 from purgatory.service._openapi import load_openapi
@@ -155,13 +159,8 @@ class Service:
         settings, clock = self.settings, self.clock
         requests, signals = settings.topic_requests, settings.topic_signals
         self.input_topics = (requests, signals)
+        # Checked against the other topics' when the service runs (TopicLayout.check).
         partitions = self.source.partition_count(requests)
-        if self.source.partition_count(signals) != partitions:
-            raise UsageError(
-                f"topics {requests!r} and {signals!r} must have the same number of partitions"
-                f" (they are co-partitioned by scope): {partitions} and"
-                f" {self.source.partition_count(signals)}"
-            )
         if settings.journal and self.reader is None:
             raise UsageError("a journaled service needs a reader of the changelog")
         self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
@@ -246,6 +245,10 @@ class Service:
             partitions=self.partition_status,
             journal=self.changelog.statistics if self.changelog is not None else None,
         )
+        self.layout = TopicLayout(
+            settings, self.source, self.reader, on_change=self.state.stop_inputs
+        )
+        self.metrics.bind_layout(self.layout.statistics)
         self.overview = Overview(
             self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
         )
@@ -268,9 +271,14 @@ class Service:
         self.app = build_app(self.state, self.http_config, self.gate)
 
     def is_ready(self) -> bool:
-        """Serving, holding partitions (a group may not have assigned any yet), and every one
-        of them restored."""
-        return self.ready and bool(self._held()) and self._caught_up()
+        """Serving, taking inputs (the topics' partition counts did not change), holding
+        partitions (a group may not have assigned any yet), and every one of them restored."""
+        return (
+            self.ready
+            and self.state.inputs_stopped is None
+            and bool(self._held())
+            and self._caught_up()
+        )
 
     def partition_status(self) -> list[PartitionStatus]:
         """The input partitions held now: served, restoring (and how far), or fenced."""
@@ -307,9 +315,13 @@ class Service:
         return statuses
 
     def readiness(self) -> dict[str, object]:
-        """``/readyz``: whether the service serves, and each held partition's restore."""
+        """``/readyz``: whether the service serves, each held partition's restore, the topics'
+        partition counts and, once a count changed, why no input is taken."""
+        layout = self.layout.statistics()
         return {
             "ready": self.is_ready(),
+            "topics": dict(layout.counts),
+            "inputs_stopped": layout.inputs_stopped,
             "partitions": {
                 str(s.partition): {
                     "state": s.state,
@@ -337,7 +349,7 @@ class Service:
             commit=self.outbox.put_commit,
             took=self.changelog.expect if self.changelog is not None else None,
             taken=self.metrics.partition_taken,
-            hold_off=self._holding_off,
+            hold_off=self._held_back,
         )
 
     def _held(self) -> set[int]:
@@ -401,6 +413,16 @@ class Service:
             fences=self.fences[partition],
         )
 
+    def _held_back(self, partition: int) -> bool:
+        """Whether ``partition`` is not to be restored now: inputs are stopped, it is beyond
+        the partitions the service started with (an input topic grew: it has no journal), or
+        it waits out its back-off after a fence."""
+        return (
+            self.state.inputs_stopped is not None
+            or partition >= self.state.partitions
+            or self._holding_off(partition)
+        )
+
     def _holding_off(self, partition: int) -> bool:
         """Whether ``partition`` waits out its back-off after a fence."""
         return trio.current_time() < self._fence_until.get(partition, 0.0)
@@ -442,6 +464,8 @@ class Service:
         ``serve_http=False`` runs everything but the HTTP server (tests of the Kafka path).
 
         Raises:
+            ConfigError: the topics keyed by scope do not all have one partition count (or
+                not ``PURGATORY_TOPIC_PARTITIONS``'s): nothing is started.
             TransportError: records decided before the stop were not acknowledged within
                 ``shutdown_grace_ms``.
         """
@@ -468,6 +492,7 @@ class Service:
             finally:
                 outbox_done.set()
 
+        await self.layout.check()  # before anything starts: a ConfigError refuses the start
         async with trio.open_nursery() as nursery:
             if own_signals:
                 nursery.start_soon(_stop_on_signals, stop)
@@ -480,6 +505,7 @@ class Service:
             async with trio.open_nursery() as inputs:
                 await inputs.start(self.reaper.run)
                 inputs.start_soon(self.follow_assignment)
+                inputs.start_soon(self.layout.run)
                 inputs.start_soon(
                     functools.partial(
                         run_intake,
@@ -566,6 +592,7 @@ async def run_service(
         task_status: receives the HTTP addresses once the service is ready.
 
     Raises:
+        ConfigError: the topics' partition counts disagree (see :mod:`._layout`).
         TransportError: the broker cannot be reached, or records decided before the stop were
             not acknowledged within ``shutdown_grace_ms``.
     """

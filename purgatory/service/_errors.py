@@ -15,13 +15,21 @@ __all__ = ["NotServingError"]
 class NotServingError(UsageError):
     """The scope's partition is not served here now (HTTP 503 with Retry-After).
 
+    Args:
+        partition: the scope's partition.
+        restoring: True while this replica restores it (it will serve it soon).
+        stopped: why this replica takes no input at all (None: it does); see
+            :mod:`purgatory.service._layout`.
+
     Attributes:
         partition: the scope's partition.
         restoring: True while this replica restores it (it will serve it soon).
     """
 
-    def __init__(self, partition: int, *, restoring: bool) -> None:
+    def __init__(self, partition: int, *, restoring: bool, stopped: str | None = None) -> None:
         what = "is being restored" if restoring else "is not served by this replica"
+        if stopped is not None:
+            what = f"takes no input: {stopped}"
         super().__init__(f"partition {partition} {what}; retry later")
         self.partition = partition
         self.restoring = restoring

@@ -245,6 +245,7 @@ async def _forward_parts(
         partition = ctx.state.partition_of(records[index].scope)
         if partition not in serving:
             raise NotServingError(partition, restoring=partition in ctx.state.restoring_now())
+        ctx.state.check_inputs(partition)
     answers: list[dict[str, Any]] = []
     for url, indexes in remote.items():
         sub = json.dumps({name: [payload[name][i] for i in indexes]}).encode()
@@ -465,10 +466,16 @@ ROUTES: tuple[ApiRoute, ...] = (
         "Readiness: every input partition held is restored and served.",
         auth=False,
         description="The body lists each partition held: `serving`, or `restoring` with the"
-        " changelog records read and the seconds spent so far.",
+        " changelog records read and the seconds spent so far, or `fenced`; the partition"
+        " count of each topic keyed by scope; and `inputs_stopped`, why no input is taken"
+        " (a topic's partition count changed while the service ran), null while they are.",
         answers=(
             Answer(200, "Ready.", "Readiness"),
-            Answer(503, "Not ready (starting, or a partition restoring).", "Readiness"),
+            Answer(
+                503,
+                "Not ready (starting, a partition restoring or fenced, or inputs stopped).",
+                "Readiness",
+            ),
         ),
     ),
     ApiRoute(

@@ -12,7 +12,9 @@ outbox (back-pressure).
 
 A record of a partition this replica does not serve (taken away, or not yet restored), or
 before the position its journal reached (already applied), is skipped: the journal's positions,
-not the group's committed offsets, say where each partition's inputs resume.
+not the group's committed offsets, say where each partition's inputs resume. Once the state's
+inputs are stopped (a topic's partition count changed, see :mod:`purgatory.service._layout`),
+every batch is left unapplied and uncommitted: a restart reads it again.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ async def run_intake(
         signals_topic: decode_signal,
     }
     async for batch in source.receive:
+        if state.inputs_stopped is not None:
+            continue  # neither applied nor committed: read again after the restart
         offsets: dict[tuple[str, int], int] = {}
         counts: dict[str, int] = {}
         for record in batch:

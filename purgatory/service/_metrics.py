@@ -31,6 +31,8 @@ from prometheus_client.registry import Collector
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
 from purgatory.service._changelog import ChangelogStatistics
+from purgatory.service._layout import LayoutStatus
+from purgatory.service._layout_metrics import LAYOUT_METRIC_NAMES, LayoutCollector
 from purgatory.service._logging import get_logger
 from purgatory.service._outbox_stats import OutboxStatistics
 from purgatory.service._snapshot_metrics import SNAPSHOT_METRIC_NAMES, SnapshotCollector
@@ -412,6 +414,8 @@ class Metrics:
         r.register(self._collector)
         self._snapshots = SnapshotCollector()
         r.register(self._snapshots)
+        self._layout = LayoutCollector()
+        r.register(self._layout)
 
     def bind(
         self,
@@ -464,6 +468,11 @@ class Metrics:
             snapshotter: the snapshotter supervisor's counts (None: no child is supervised).
         """
         self._snapshots.bind(snapshots=snapshots, snapshotter=snapshotter)
+
+    def bind_layout(self, status: Callable[[], LayoutStatus]) -> None:
+        """Set what the topics' partition counts and the mismatch flag are read from at each
+        scrape (the service's :class:`~._layout.TopicLayout`)."""
+        self._layout.bind(status)
 
     def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
         """Count a delivered outcome and observe its latencies.
@@ -593,6 +602,7 @@ class Metrics:
         found = {name for name, _ in _gauge_docs()}
         found.update(name + "_total" for name, _ in _JOURNAL_COUNTERS)
         found.update(SNAPSHOT_METRIC_NAMES)
+        found.update(LAYOUT_METRIC_NAMES)
         for wrapper in (*self._counters, *self._histograms):
             for metric in wrapper.describe():
                 found.add(metric.name + "_total" if metric.type == "counter" else metric.name)

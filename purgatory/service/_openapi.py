@@ -227,10 +227,21 @@ def _schemas() -> dict[str, Any]:
                 "type": "object",
                 "additionalProperties": _object(
                     ["state"],
-                    state={"enum": ["serving", "restoring"]},
+                    state={"enum": ["serving", "restoring", "fenced"]},
                     restore_records=_INTEGER,
                     restore_seconds={"type": "number"},
+                    fenced=_INTEGER,
                 ),
+            },
+            topics={
+                "type": "object",
+                "description": "The partition count of each topic keyed by scope, as last seen.",
+                "additionalProperties": _INTEGER,
+            },
+            inputs_stopped={
+                "type": ["string", "null"],
+                "description": "Why no input is taken (a topic's partition count changed while"
+                " the service ran; it must be restarted), null while they are.",
             },
         ),
         "Overview": _overview_schema(),

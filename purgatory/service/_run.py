@@ -26,6 +26,7 @@ import trio
 
 from purgatory.service._app import kafka_transport, run_service, topics_of
 from purgatory.service._broker import EmbeddedBroker, with_pdeathsig
+from purgatory.service._layout import check_counts, read_counts
 from purgatory.service._logging import configure_logging
 from purgatory.service._metrics import Metrics
 from purgatory.service._settings import Settings, env_name
@@ -68,6 +69,9 @@ def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     return 0
 
 
+#: Partitions of the topics ``dev`` creates when PURGATORY_TOPIC_PARTITIONS is unset.
+DEV_PARTITIONS = 4
+
 #: The longest pause between two looks at the snapshots (a shorter interval looks as often).
 SNAPSHOT_WATCH_MAX_S = 30.0
 
@@ -84,6 +88,7 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
         start: starts the snapshotter process.
 
     Raises:
+        ConfigError: the topics' partition counts disagree (nothing is started).
         TransportError: as :func:`~._app.run_service` does.
     """
     transport = kafka_transport(settings)
@@ -91,6 +96,10 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
     metrics = Metrics()
     supervisor = Supervisor(start)
     async with transport.open_reader() as reader:
+        # Topics of other partition counts refuse the start before the snapshotter starts
+        # (the service checks again, its input topics as its consumer sees them).
+        counts = await read_counts(settings, reader.partition_count)
+        check_counts(counts, settings.topic_partitions)
         watch = SnapshotWatch(
             reader,
             snapshots_topic=settings.topic_snapshots,
@@ -176,7 +185,8 @@ def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
         settings = Settings.from_env(
             dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
         )
-        broker.create_topics({topic: settings.topic_partitions for topic in topics_of(settings)})
+        partitions = settings.topic_partitions or DEV_PARTITIONS
+        broker.create_topics(dict.fromkeys(topics_of(settings), partitions))
         configure_logging(settings.log_level, settings.log_format)
         url = f"http://{settings.http_host}:{settings.http_port}"
         print(

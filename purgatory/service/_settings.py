@@ -355,8 +355,13 @@ class Settings:
         _TOPIC_NAME,
         "Topic of the partitions' snapshots (chunks and manifests); they bound the replay.",
     )
-    topic_partitions: int = _int(
-        4, 1, 10_000, "Partitions of each topic the service creates (in development)."
+    topic_partitions: int | None = _setting(
+        None,
+        _Int(1, 10_000),
+        "Partitions every topic keyed by scope has: the service refuses to start unless the"
+        " requests, signals, changelog and snapshots topics all have this many (unset: they"
+        " must only agree), and stops taking inputs if one changes while it runs; purgatory"
+        " dev creates its topics with it (4 when unset).",
     )
     max_keys_per_operation: int = _int(1000, 1, 1_000_000, "Watch keys one operation may list.")
     max_key_bytes: int = _int(512, 1, 1 << 20, "Longest watch key, in UTF-8 bytes.")

@@ -139,6 +139,7 @@ class ServiceState:
         self._undelivered: set[tuple[str, str]] = set()
         self._waiters: dict[tuple[str, str], trio.Event] = {}
         self._counts = {"registrations": 0, "signals": 0, "watermarks": 0, "cancels": 0}
+        self.inputs_stopped: str | None = None  # why no input is taken (None: they are)
         self.admission = Admission(
             self._engines.values,
             max_pending_per_client=max_pending_per_client,
@@ -252,6 +253,27 @@ class ServiceState:
             raise NotServingError(partition, restoring=partition in self._restoring)
         return engine
 
+    def stop_inputs(self, why: str) -> None:
+        """Take no input any more (the topics' partition counts changed while running, see
+        :mod:`purgatory.service._layout`): every write raises :class:`NotServingError` saying
+        ``why``, and the intake applies nothing; reads, expirations and deliveries go on."""
+        self.inputs_stopped = why
+
+    def check_inputs(self, partition: int) -> None:
+        """Raise :class:`NotServingError` if inputs are stopped (``partition``: the scope's)."""
+        if self.inputs_stopped is not None:
+            raise NotServingError(partition, restoring=False, stopped=self.inputs_stopped)
+
+    def _engine_for_input(self, scope: str) -> Engine:
+        """The engine of ``scope``'s partition, to apply an input to.
+
+        Raises:
+            NotServingError: the partition is not served here, or inputs are stopped.
+        """
+        engine = self.engine_of(scope)
+        self.check_inputs(engine.partition)
+        return engine
+
     def engines(self) -> Iterator[Engine]:
         """The engines of the partitions served now."""
         return iter(list(self._engines.values()))
@@ -329,7 +351,7 @@ class ServiceState:
         now = self._now_ms()
         spec = request.to_spec(now)
         try:
-            engine = self.engine_of(spec.scope)
+            engine = self._engine_for_input(spec.scope)
             self._check_deadline(spec, now)
             who = ANONYMOUS_CLIENT if client is None else client
             size = self.admission.check_registration(engine, spec, who)
@@ -372,7 +394,7 @@ class ServiceState:
 
     def cancel(self, request: CancelRequest) -> Outcome | None:
         """Cancel a pending operation; None if it is not pending."""
-        engine = self.engine_of(request.scope)
+        engine = self._engine_for_input(request.scope)
         self._counts["cancels"] += 1
         outcome = engine.cancel(request.scope, request.op_id, now_ms=self._now_ms())
         if outcome is not None:
@@ -399,7 +421,7 @@ class ServiceState:
                 no pending operation awaits the key and remembering it would cross a limit of
                 remembered signals or the memory budget (its ``field`` names the limit).
         """
-        engine = self.engine_of(record.scope)
+        engine = self._engine_for_input(record.scope)
         self.admission.check_signal(engine, record.scope, record.key, record.payload)
         self._counts["signals"] += 1
         completed = engine.signal(
@@ -424,7 +446,7 @@ class ServiceState:
 
     def watermark(self, record: WatermarkRecord) -> bool:
         """Move a scope's watermark; True if it moved forward."""
-        engine = self.engine_of(record.scope)
+        engine = self._engine_for_input(record.scope)
         self._counts["watermarks"] += 1
         moved = engine.advance_watermark(record.scope, record.watermark_ms)
         if moved:

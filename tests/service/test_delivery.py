@@ -30,7 +30,7 @@ from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 
 EPOCH_MS = 1_763_780_400_000
-SETTINGS = Settings.from_env({}, topic_partitions=1, shutdown_grace_ms=5_000)
+SETTINGS = Settings.from_env({}, topic_partitions=2, shutdown_grace_ms=5_000)
 REQUESTS, SIGNALS = SETTINGS.topic_requests, SETTINGS.topic_signals
 CALLBACKS, DEAD = SETTINGS.topic_callbacks, SETTINGS.topic_dead_letters
 

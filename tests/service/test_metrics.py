@@ -11,6 +11,7 @@ from prometheus_client.samples import Sample
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
 from purgatory.service._changelog import ChangelogStatistics
+from purgatory.service._layout import CountChange, LayoutStatus
 from purgatory.service._metrics import (
     DEAD_LETTER_REASONS,
     LATENCY_BUCKETS_S,
@@ -92,6 +93,7 @@ class Fakes:
         self.reaper = REAPER
         self.lag: dict[tuple[str, int], int] = {("purgatory.signals", 0): 3}
         self.ready = True
+        self.layout = LayoutStatus({"purgatory.requests": 2, "purgatory.changelog": 2}, 2)
 
     def bind(self, metrics: Metrics) -> None:
         metrics.bind(
@@ -113,6 +115,7 @@ class Fakes:
             snapshots=lambda: [SnapshotStatus(0, 42.5, 7, 100, found=True)],
             snapshotter=lambda: SupervisorStatistics(starts=3, restarts=2, pid=9, last_exit=-9),
         )
+        metrics.bind_layout(lambda: self.layout)
 
 
 def scrape(metrics: Metrics) -> dict[str, list[Sample]]:
@@ -162,7 +165,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 47
+    assert len(metrics.names()) == 49
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
@@ -221,6 +224,26 @@ def test_gauges_are_computed_at_scrape_time() -> None:
     assert value(second, "purgatory_consumer_lag", topic="purgatory.signals", partition="0") == 0
     assert value(second, "purgatory_consumer_lag", topic="purgatory.requests", partition="11") == 8
     assert value(second, "purgatory_ready") == 0
+
+
+def test_the_topics_partition_counts_and_a_change_of_one() -> None:
+    metrics = Metrics()
+    fakes = Fakes()
+    fakes.bind(metrics)
+    first = scrape(metrics)
+    assert value(first, "purgatory_topic_partitions", topic="purgatory.requests") == 2
+    assert value(first, "purgatory_topic_partitions", topic="purgatory.changelog") == 2
+    assert value(first, "purgatory_partition_count_mismatch") == 0
+
+    fakes.layout = LayoutStatus(
+        {"purgatory.requests": 4, "purgatory.changelog": 2},
+        2,
+        (CountChange("purgatory.requests", 2, 4),),
+        "the partition count of purgatory.requests changed from 2 to 4 ...",
+    )
+    second = scrape(metrics)
+    assert value(second, "purgatory_topic_partitions", topic="purgatory.requests") == 4
+    assert value(second, "purgatory_partition_count_mismatch") == 1
 
 
 def test_before_bind_only_info_and_not_ready() -> None:
