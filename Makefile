@@ -68,8 +68,11 @@ $(CHROMIUM):
 	$(CHROMIUM) --version
 
 ## The main job, end to end on embedded defaults (purgatory-pipeline: spark_bridge/demo.py).
-demo: $(STAMP)
-	$(BIN)/python -m spark_bridge.demo
+## BROKER=kafka (or PURGATORY_DEV_BROKER=kafka in the environment) runs it on Apache Kafka
+## instead of the embedded Tansu, after resolving Kafka's jars.
+DEMO_BROKER := $(or $(BROKER),$(PURGATORY_DEV_BROKER))
+demo: $(STAMP) $(if $(filter kafka,$(DEMO_BROKER)),$(KAFKA_STAMP))
+	$(BIN)/python -m spark_bridge.demo $(if $(BROKER),--broker $(BROKER))
 
 ## The gate: format, lint, types, import contracts, the whole test suite (what CI runs).
 check: $(STAMP) prometheus

