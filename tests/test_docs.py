@@ -2,7 +2,9 @@
 command they show either run here or by the test named beside it.
 
 The README's first operation is run for real: its CLI lines against ``purgatory dev`` (the
-embedded broker and the service, on free loopback ports), then its Python example.
+embedded broker and the service, on free loopback ports), then its Python example; and its first
+operation again on ``purgatory dev --broker kafka``, which must stop on SIGTERM with its Kafka,
+and keep its log in ``--data-dir`` for the next start.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from purgatory.service._broker import free_port
+from tests.service.test_broker import _children, _dead, _poll
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -47,6 +51,7 @@ ELSEWHERE = {
     "promtool": "tests/monitoring/test_rules.py runs promtool check/test rules on the same files",
     ".venv/bin/python": "tests/monitoring/test_rules.py renders the rules the same way",
     "purgatory-pipeline": "tests/spark_bridge/test_pipeline.py",
+    "kafka-topics.sh": "tests/test_kafka_doc.py creates the same topics on Apache Kafka",
 }
 
 
@@ -206,6 +211,77 @@ def test_purgatory_top_shows_what_the_replica_holds(dev_url: str) -> None:
     assert re.search(r"\b(9|10)m\d\ds\s+top/a\s+w\b", deadlines), deadlines
     outcomes = next(s for s in sections if s.startswith("latest outcomes:"))
     assert re.search(r"expired\s+top/b\s+gone\s+never", outcomes), outcomes
+
+
+def _first_operation() -> list[list[str]]:
+    """The README's first operation: register, two signals, wait (each without ``purgatory``)."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("## A first operation", 1)[1].split("\n## ", 1)[0]
+    shell = next(content for info, content in _blocks(section) if info == "sh")
+    commands = [shlex.split(c) for c in _commands(shell) if c.startswith("purgatory ")]
+    return [words[1:] for words in commands[:4]]
+
+
+def _dev_on_kafka(port: int, data: Path, log: Path) -> subprocess.Popen[bytes]:
+    argv = ["dev", "--broker", "kafka", "--port", str(port), "--data-dir", str(data)]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(_PURGATORY), *argv],
+            env=_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(dev: subprocess.Popen[bytes], brokers: list[int], log: Path) -> None:
+    """SIGTERM, as `kill %1` sends: a graceful stop, exit 0, and no Kafka left behind."""
+    dev.send_signal(signal.SIGTERM)
+    assert dev.wait(30) == 0, log.read_text(errors="replace")[-3000:]
+    assert _poll(lambda: all(_dead(pid) for pid in brokers), 10.0), brokers
+
+
+@pytest.mark.kafka
+def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart(
+    tmp_path: Path,
+) -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "`purgatory dev --broker kafka`" in readme and "`--data-dir DIR`" in readme
+    create, signal_a, signal_b, wait = _first_operation()
+    assert (create[:2], wait[:2]) == (["op", "create"], ["op", "wait"])
+    port, data, log = free_port(), tmp_path / "kafka", tmp_path / "dev.log"
+    url = f"http://127.0.0.1:{port}"
+    dev = _dev_on_kafka(port, data, log)
+    brokers: list[int] = []
+    try:
+        _wait_ready(url)
+        brokers = _children(dev.pid, b"kafka.Kafka")  # Apache Kafka, not Tansu
+        assert len(brokers) == 1, log.read_text(errors="replace")[-3000:]
+        answers = [json.loads(_cli(url, *args)) for args in (create, signal_a, signal_b, wait)]
+        assert answers[2] == {"accepted": 1, "completed": 1}
+        assert answers[3]["outcome"]["outcome"] == "completed"
+        assert answers[3]["outcome"]["payload"] == {"job": "report"}
+        _cli(url, "op", "create", "--scope", "demo", "--id", "kept", "--key", "later",
+             "--timeout-ms", "600000")  # fmt: skip
+        _stop(dev, brokers, log)
+        assert (data / "kafka-logs").is_dir()  # kept for the next start
+
+        dev = _dev_on_kafka(port, data, log)  # the same data dir: the service restores it
+        _wait_ready(url)
+        brokers = _children(dev.pid, b"kafka.Kafka")
+        kept = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "kept"))
+        assert kept["status"] == "pending", kept
+        _cli(url, "signal", "--scope", "demo", "--key", "later")
+        done = json.loads(_cli(url, "op", "wait", "--scope", "demo", "--id", "kept"))
+        assert done["outcome"]["outcome"] == "completed"
+        _stop(dev, brokers, log)
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
+        for pid in brokers:
+            if not _dead(pid):
+                os.kill(pid, signal.SIGKILL)  # the test failed: leave no Kafka behind it
 
 
 def _wait_ready(url: str) -> None:
