@@ -10,6 +10,11 @@ entries caused until the broker has acknowledged them:
 * the HTTP answer to a write (:meth:`Changelog.durable`);
 * the input offset commits (:meth:`Changelog.after`).
 
+So while the broker does not acknowledge, what the intake applied is held here, not queued in
+the outbox: the intake waits for room here too (:meth:`Changelog.wait_for_room`, once
+``capacity`` entries are recorded and not acknowledged), and consumed inputs simply wait in
+their topics, uncommitted.
+
 Group commit: the entries recorded while one batch is in flight form the next one, so the
 journal costs one produce round trip per batch, not per input. A batch holds at most one record
 per partition (records of one partition are never in flight together, so they cannot land out
@@ -130,6 +135,7 @@ class Changelog:
         max_record_bytes: the largest record the broker takes.
         delivered: the partition's highest outcome sequence acknowledged on the callbacks topic.
         on_fenced: called with a partition another writer wrote to (see the module docstring).
+        capacity: entries recorded and not acknowledged before :meth:`wait_for_room` waits.
     """
 
     def __init__(
@@ -140,8 +146,10 @@ class Changelog:
         max_record_bytes: int,
         delivered: Callable[[int], int] = lambda _partition: 0,
         on_fenced: Callable[[int], None] = lambda _partition: None,
+        capacity: int = 100_000,
     ) -> None:
         self._sink = sink
+        self.capacity = capacity
         self._topic = topic
         self._max_entries_bytes = max_record_bytes - _RECORD_OVERHEAD
         self._delivered = delivered
@@ -155,6 +163,7 @@ class Changelog:
         self._open = _Batch()
         self._last: _Batch | None = None  # the latest batch that holds anything
         self._wakeup = trio.Event()
+        self._room = trio.Event()
         self._closed = False
         self._failure: TransportError | None = None
         self._counts = {"batches": 0, "records": 0, "entries": 0, "bytes": 0, "retries": 0}
@@ -285,10 +294,19 @@ class Changelog:
             if self._fences.get(partition, 0) != count:
                 raise NotServingError(partition, restoring=True)
 
+    async def wait_for_room(self) -> None:
+        """Wait while more than ``capacity`` entries are recorded and not acknowledged
+        (back-pressure for the intake: while the broker does not acknowledge, consumed inputs
+        wait in their topics instead of in memory)."""
+        while self._pending_entries > self.capacity and self._failure is None and not self._closed:
+            self._room = trio.Event()
+            await self._room.wait()
+
     def close(self) -> None:
         """No more entries: :meth:`run` returns once everything recorded is acknowledged."""
         self._closed = True
         self._wakeup.set()
+        self._room.set()
 
     def statistics(self) -> ChangelogStatistics:
         """The writer's counts."""
@@ -343,6 +361,7 @@ class Changelog:
                 self._fail(batch, exc)
                 raise
             batch.done.set()
+            self._room.set()
             for partition, release in batch.releases:
                 if partition is None or partition not in fenced:
                     release()
@@ -360,12 +379,14 @@ class Changelog:
             if part is not None:
                 self._pending_entries -= len(part.entries)
             batch.releases = [(p, r) for p, r in batch.releases if p != partition]
+        self._room.set()
 
     def _fail(self, batch: _Batch, error: TransportError) -> None:
         self._failure = error
         for pending in [batch, *self._sealed, self._open]:
             pending.error = error
             pending.done.set()
+        self._room.set()
         _log.error("changelog_failed", error=str(error))
 
     async def _write(self, batch: _Batch) -> set[int]:
@@ -457,6 +478,8 @@ class Gate(Protocol):
 
     async def durable(self, partitions: Iterable[int] = ()) -> None: ...
 
+    async def wait_for_room(self) -> None: ...
+
 
 class NoJournal:
     """The gate without a journal (``PURGATORY_JOURNAL=false``): nothing is held back, and
@@ -474,6 +497,9 @@ class NoJournal:
 
     async def durable(self, partitions: Iterable[int] = ()) -> None:
         """Nothing to wait for."""
+
+    async def wait_for_room(self) -> None:
+        """Nothing held: always room."""
 
 
 def fresh_entries(doc: dict[str, Any], positions: dict[str, int]) -> list[Any]:

@@ -8,7 +8,10 @@ topics are the client ``kafka`` for the quotas of :mod:`purgatory.service._quota
 batch, the input positions it reached are journaled with its entries, and a commit marker with
 its offsets follows everything it caused: the outbox commits them only once the journal and all
 of it are acknowledged. The intake never waits for a commit: it waits only for room in the
-outbox (back-pressure).
+outbox and in the journal (back-pressure). While the broker does not acknowledge the journal,
+what the batches decided is held back, not queued in the outbox, so the journal's own room is
+what stops the intake: consumed records then simply wait in their topics, neither applied nor
+committed, and nothing is lost.
 
 A record of a partition this replica does not serve (taken away, or not yet restored), or
 before the position its journal reached (already applied), is skipped: the journal's positions,
@@ -95,6 +98,7 @@ async def run_intake(
             mine = {tp: o for tp, o in offsets.items() if tp[1] == partition}
             gate.after(functools.partial(outbox.put_commit, mine), partition=partition)
         await outbox.wait_for_room()
+        await gate.wait_for_room()
 
 
 def _apply(

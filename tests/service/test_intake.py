@@ -1,10 +1,15 @@
-"""The intake's rules for a record's key and partition, against the in-memory broker.
+"""The intake's rules for a record's key and partition, and its back-pressure, against the
+in-memory broker.
 
 A scope lives in one partition's engine (murmur2 of the scope) and each input partition journals
 the positions of its own records, so a record is applied only if its key is its scope and it
 sits on its scope's partition. A record without a key, or one a producer put on another
 partition, is dead-lettered naming ``key`` or ``partition`` and has no effect, now or after a
 restart from the journal.
+
+While the broker does not acknowledge the journal, the intake stops consuming once the journal
+holds its capacity of unacknowledged entries: the records wait in their topics, uncommitted,
+and are all applied once, and committed, when the broker acknowledges again.
 """
 
 from __future__ import annotations
@@ -137,3 +142,58 @@ async def test_a_record_without_a_key_or_off_its_scopes_partition_is_dead_letter
     found = again[0].state.lookup(SCOPE, "good")
     assert found is not None and found[1] is None
     assert again[0].state.lookup(SCOPE, "no-key") is None
+
+
+async def test_consumed_records_wait_in_their_topics_while_the_journal_is_not_acknowledged(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = FakeBroker({t: PARTITIONS for t in topics_of(SETTINGS)})
+    fake = FakeTransport(broker, max_batch=10)
+    stop = trio.Event()
+    services: list[Service] = []
+
+    async def serve() -> None:
+        async with (
+            fake.open_sink() as sink,
+            fake.open_reader() as reader,
+            fake.open_source(topics=[REQUESTS, SIGNALS], group_id="g", assignment=None) as source,
+        ):
+            service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+            assert service.changelog is not None
+            service.changelog.capacity = 20  # unacknowledged entries before the intake waits
+            services.append(service)
+            await service.run(stop, serve_http=False)
+
+    ops = 100
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await trio.sleep(1)
+        [service] = services
+        assert service.changelog is not None
+        broker.stall = trio.Event()  # the broker stops acknowledging
+        for i in range(ops):
+            broker.append(
+                REQUESTS, SCOPE.encode(), _register(f"w{i}", [f"x{i}"], timeout_ms=3_600_000)
+            )
+            broker.append(SIGNALS, SCOPE.encode(), _signal(f"x{i}"))
+        await trio.sleep(60)
+        pending = service.changelog.statistics().pending_entries
+        # The intake stopped at the bound (one poll of 10 records past it), far before 200.
+        assert 20 < pending <= 40, pending
+        assert not any(broker.committed.values())
+        assert broker.records(CALLBACKS) == []
+        broker.stall.set()
+        await trio.sleep(5)
+        assert service.changelog.statistics().pending_entries == 0
+        stop.set()
+    # Every record applied once, every operation completed once, every offset committed.
+    journaled = _journaled(broker)
+    assert sorted(journaled) == sorted(
+        [("register", f"w{i}") for i in range(ops)] + [("signal", f"x{i}") for i in range(ops)]
+    )
+    outcomes = [json.loads(r.value or b"") for r in broker.records(CALLBACKS)]
+    assert sorted(o["op_id"] for o in outcomes) == sorted(f"w{i}" for i in range(ops))
+    assert {o["outcome"] for o in outcomes} == {"completed"}
+    for topic in (REQUESTS, SIGNALS):
+        for p, log in enumerate(broker.topics[topic]):
+            assert broker.committed.get((topic, p), 0) == len(log), (topic, p)
