@@ -5,10 +5,15 @@
 :mod:`purgatory.client._requests`; a transport failure becomes :class:`TransportError`, an error
 answer :class:`ApiError` naming the field.
 
-A 503 with Retry-After (the scope's partition is being restored, after a restart or a move) is
-tried again, pausing as the service asks, until ``timeout_s`` has passed since the first try;
-then the 503 is raised. Every write is idempotent (a retried registration is a duplicate, a
-retried signal only refreshes what is remembered), so a retry is safe.
+A 503 with Retry-After (the scope's partition is being restored, after a restart or a move, or
+the broker did not acknowledge the write's journal entry within the service's
+``PURGATORY_JOURNAL_WAIT_MS``) is tried again, pausing as the service asks, until ``timeout_s``
+has passed since the first try; then the 503 is raised (:class:`ApiError`, with the service's
+message). Every write is idempotent (a retried registration is a duplicate, a retried signal
+only refreshes what is remembered), so a retry is safe, even of a write the service had applied
+before it answered 503; a retried cancel of an operation the first try cancelled answers 409.
+Keep ``timeout_s`` well above the service's journal wait, or a slow broker exhausts it in one
+try.
 """
 
 from __future__ import annotations

@@ -145,8 +145,8 @@ def answer(status: int, body: bytes) -> Any:
 
 def retry_after_s(status: int, headers: Mapping[str, str], left_s: float) -> float | None:
     """How long to wait before trying again, when the service says to (503 with Retry-After:
-    the scope's partition is being restored) and the pause fits in the ``left_s`` seconds the
-    caller has left; None when the answer is final."""
+    the scope's partition is being restored, or its journal is not acknowledging) and the pause
+    fits in the ``left_s`` seconds the caller has left; None when the answer is final."""
     if status != 503:
         return None
     value = headers.get("retry-after", "")

@@ -193,6 +193,7 @@ class Service:
                 max_record_bytes=settings.max_record_bytes,
                 delivered=self._acked,
                 on_fenced=self._fenced,
+                wait_ms=settings.journal_wait_ms,
             )
             self.gate = self.changelog
         self.state = ServiceState(
@@ -316,10 +317,12 @@ class Service:
 
     def readiness(self) -> dict[str, object]:
         """``/readyz``: whether the service serves, each held partition's restore, the topics'
-        partition counts and, once a count changed, why no input is taken."""
+        partition counts, once a count changed why no input is taken, and the journal's state
+        (a stalled journal does not make the replica unready: see :meth:`journal_status`)."""
         layout = self.layout.statistics()
         return {
             "ready": self.is_ready(),
+            "journal": self.journal_status(),
             "topics": dict(layout.counts),
             "inputs_stopped": layout.inputs_stopped,
             "partitions": {
@@ -331,6 +334,24 @@ class Service:
                 }
                 for s in self.partition_status()
             },
+        }
+
+    def journal_status(self) -> dict[str, object]:
+        """The journal in ``/readyz``: ``ok``, ``stalled`` (its oldest unacknowledged entry has
+        waited ``PURGATORY_JOURNAL_WAIT_MS`` or longer) or ``off``, and that wait in seconds.
+
+        A stalled journal leaves the replica ready (``/readyz`` 200): the broker is usually
+        unreachable for every replica at once, and a failing readiness probe would take them
+        all out of the Service, turning the writes' 503 with Retry-After, which clients retry,
+        into refused connections; and no other replica could take this one's partitions
+        anyway. The body and ``purgatory_journal_stalled`` say it instead.
+        """
+        if self.changelog is None:
+            return {"state": "off", "unacknowledged_seconds": 0.0}
+        stats = self.changelog.statistics()
+        return {
+            "state": "stalled" if stats.stalled else "ok",
+            "unacknowledged_seconds": round(stats.unacknowledged_s, 3),
         }
 
     async def follow_assignment(self) -> None:

@@ -10,10 +10,18 @@ entries caused until the broker has acknowledged them:
 * the HTTP answer to a write (:meth:`Changelog.durable`);
 * the input offset commits (:meth:`Changelog.after`).
 
-So while the broker does not acknowledge, what the intake applied is held here, not queued in
-the outbox: the intake waits for room here too (:meth:`Changelog.wait_for_room`, once
-``capacity`` entries are recorded and not acknowledged), and consumed inputs simply wait in
-their topics, uncommitted.
+A broker that does not acknowledge (unreachable, stopped, electing a leader) holds all of that
+back, and nothing is lost; but nobody may wait for it without a bound:
+
+* an HTTP write waits at most ``wait_ms`` (``PURGATORY_JOURNAL_WAIT_MS``) for its entry, then
+  fails with :class:`~purgatory.service._errors.JournalStalledError` (503 with Retry-After): the
+  write stays applied and recorded, and becomes durable once the broker acknowledges it, so a
+  retry finds it (a retried registration is a duplicate);
+* the Kafka intake waits for room (:meth:`Changelog.wait_for_room`) once ``capacity`` entries
+  are recorded and not acknowledged: consumed inputs simply wait in the topics, uncommitted;
+* the journal is *stalled* while its oldest unacknowledged entry has waited ``wait_ms`` or
+  longer (:meth:`Changelog.unacknowledged_s`): ``/readyz`` and the metrics say so, and the
+  log has ``journal_stalled`` and ``journal_resumed``.
 
 Group commit: the entries recorded while one batch is in flight form the next one, so the
 journal costs one produce round trip per batch, not per input. A batch holds at most one record
@@ -73,9 +81,9 @@ from typing import Any, Protocol
 import trio
 
 from purgatory._core import JournalEntry, SizeLimitError, TransportError, encode_entry
-from purgatory.service._errors import NotServingError
+from purgatory.service._errors import JournalStalledError, NotServingError
 from purgatory.service._logging import get_logger
-from purgatory.service._transport import OutRecord, RecordSink
+from purgatory.service._transport import Delivery, OutRecord, RecordSink, SendFailure
 
 __all__ = [
     "JOURNAL_KEY",
@@ -105,6 +113,8 @@ class ChangelogStatistics:
     bytes: int
     retries: int
     pending_entries: int
+    unacknowledged_s: float = 0.0  # how long the oldest unacknowledged entry has waited
+    stalled: bool = False  # that is wait_ms or longer
 
 
 @dataclass
@@ -121,6 +131,7 @@ class _Batch:
     releases: list[tuple[int | None, Callable[[], None]]] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
     error: TransportError | None = None
+    since_s: float | None = None  # when it got its first entry or release (trio's clock)
 
     def empty(self) -> bool:
         return not self.parts and not self.releases
@@ -135,6 +146,8 @@ class Changelog:
         max_record_bytes: the largest record the broker takes.
         delivered: the partition's highest outcome sequence acknowledged on the callbacks topic.
         on_fenced: called with a partition another writer wrote to (see the module docstring).
+        wait_ms: how long :meth:`durable` waits when ``bounded``, and how long the oldest
+            unacknowledged entry may wait before the journal counts as stalled.
         capacity: entries recorded and not acknowledged before :meth:`wait_for_room` waits.
     """
 
@@ -146,9 +159,11 @@ class Changelog:
         max_record_bytes: int,
         delivered: Callable[[int], int] = lambda _partition: 0,
         on_fenced: Callable[[int], None] = lambda _partition: None,
+        wait_ms: int = 5_000,
         capacity: int = 100_000,
     ) -> None:
         self._sink = sink
+        self.wait_ms = wait_ms
         self.capacity = capacity
         self._topic = topic
         self._max_entries_bytes = max_record_bytes - _RECORD_OVERHEAD
@@ -162,6 +177,8 @@ class Changelog:
         self._sealed: list[_Batch] = []
         self._open = _Batch()
         self._last: _Batch | None = None  # the latest batch that holds anything
+        self._writing: _Batch | None = None  # the batch in flight
+        self._stalled_since_s: float | None = None  # when a write's wait passed wait_ms
         self._wakeup = trio.Event()
         self._room = trio.Event()
         self._closed = False
@@ -273,21 +290,31 @@ class Changelog:
         self._expected.pop(partition, None)
         self._fenced.discard(partition)
 
-    async def durable(self, partitions: Iterable[int] = ()) -> None:
+    async def durable(self, partitions: Iterable[int] = (), *, bounded: bool = False) -> None:
         """Return once everything recorded so far is acknowledged by the broker.
 
         Args:
             partitions: the partitions whose entries the caller waits for; if one of them is
                 fenced meanwhile, those entries may have been withdrawn.
+            bounded: give up after ``wait_ms`` (an HTTP answer does; a hand-over, which has
+                its own deadline, does not).
 
         Raises:
             TransportError: the journal failed; what was recorded is not known to be durable.
             NotServingError: a partition of ``partitions`` was fenced meanwhile (retry later).
+            JournalStalledError: ``bounded``, and the broker did not acknowledge within
+                ``wait_ms``; what was recorded stays recorded (retry later).
         """
         fences = {p: self._fences.get(p, 0) for p in partitions}
         batch = self._last
         if batch is not None:
-            await batch.done.wait()
+            if bounded:
+                with trio.move_on_after(self.wait_ms / 1000):
+                    await batch.done.wait()
+                if not batch.done.is_set():
+                    raise JournalStalledError(self.wait_ms)
+            else:
+                await batch.done.wait()
             if batch.error is not None:
                 raise batch.error
         for partition, count in fences.items():
@@ -302,6 +329,21 @@ class Changelog:
             self._room = trio.Event()
             await self._room.wait()
 
+    def unacknowledged_s(self) -> float:
+        """How long the oldest entry (or release) not yet acknowledged has waited, in seconds
+        (0.0: nothing waits)."""
+        for batch in (self._writing, *self._sealed, self._open):
+            if batch is None or batch.done.is_set() or batch.since_s is None:
+                continue
+            if batch is self._writing or not batch.empty():
+                return max(0.0, trio.current_time() - batch.since_s)
+        return 0.0
+
+    def stalled(self) -> bool:
+        """Whether the oldest unacknowledged entry has waited ``wait_ms`` or longer (a write
+        recorded with it has been answered 503)."""
+        return self.unacknowledged_s() * 1000 >= self.wait_ms
+
     def close(self) -> None:
         """No more entries: :meth:`run` returns once everything recorded is acknowledged."""
         self._closed = True
@@ -309,8 +351,14 @@ class Changelog:
         self._room.set()
 
     def statistics(self) -> ChangelogStatistics:
-        """The writer's counts."""
-        return ChangelogStatistics(**self._counts, pending_entries=self._pending_entries)
+        """The writer's counts, and how long its oldest unacknowledged entry has waited."""
+        waited_s = self.unacknowledged_s()
+        return ChangelogStatistics(
+            **self._counts,
+            pending_entries=self._pending_entries,
+            unacknowledged_s=waited_s,
+            stalled=waited_s * 1000 >= self.wait_ms,
+        )
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -326,6 +374,8 @@ class Changelog:
                 part.inputs[-1][1] = len(part.entries)
 
     def _touch(self) -> None:
+        if self._open.since_s is None:
+            self._open.since_s = trio.current_time()
         self._last = self._open
         self._wakeup.set()
 
@@ -355,13 +405,17 @@ class Changelog:
             if batch.empty():  # everything it held was withdrawn by a fence
                 batch.done.set()
                 continue
+            self._writing = batch
             try:
                 fenced = await self._write(batch)
             except TransportError as exc:
                 self._fail(batch, exc)
                 raise
+            finally:
+                self._writing = None
             batch.done.set()
             self._room.set()
+            self._resumed()
             for partition, release in batch.releases:
                 if partition is None or partition not in fenced:
                     release()
@@ -399,7 +453,7 @@ class Changelog:
         attempt = 0
         while todo:
             delivery = await self._sink.send_batch([records[i] for i in todo])
-            results = await delivery.results()
+            results = await self._results(delivery, batch)
             for i, offset in zip(todo, await delivery.offsets(), strict=True):
                 written[i] = offset
             failed = [(i, f) for i, f in zip(todo, results, strict=True) if f is not None]
@@ -421,6 +475,36 @@ class Changelog:
         self._counts["bytes"] += sum(len(r.value) for r in records)
         self._pending_entries -= entries
         return self._check_offsets(order, written)
+
+    def _resumed(self) -> None:
+        """Log ``journal_resumed`` once a stall is over: no entry left has waited ``wait_ms``
+        (the batches recorded during the stall are written first)."""
+        if self._stalled_since_s is not None and not self.stalled():
+            _log.info(
+                "journal_resumed",
+                stalled_s=round(trio.current_time() - self._stalled_since_s, 3),
+                pending_entries=self._pending_entries,
+            )
+            self._stalled_since_s = None
+
+    async def _results(self, delivery: Delivery, batch: _Batch) -> list[SendFailure | None]:
+        """The delivery's results; logs ``journal_stalled`` once the batch's oldest entry has
+        waited ``wait_ms`` for them (once per stall)."""
+        since_s = batch.since_s if batch.since_s is not None else trio.current_time()
+        if self._stalled_since_s is None:
+            with trio.move_on_at(since_s + self.wait_ms / 1000):
+                return await delivery.results()
+            self._stalled_since_s = since_s
+            _log.warning(
+                "journal_stalled",
+                wait_ms=self.wait_ms,
+                partitions=sorted(batch.parts),
+                pending_entries=self._pending_entries,
+                detail="the broker has not acknowledged a changelog record within"
+                " PURGATORY_JOURNAL_WAIT_MS: HTTP writes answer 503 with Retry-After,"
+                " consumed inputs wait in their topics, nothing decided is released",
+            )
+        return await delivery.results()
 
     def _check_offsets(self, order: list[int], written: list[int | None]) -> set[int]:
         fenced: set[int] = set()
@@ -476,7 +560,7 @@ class Gate(Protocol):
 
     def after(self, release: Callable[[], None], *, partition: int | None = None) -> None: ...
 
-    async def durable(self, partitions: Iterable[int] = ()) -> None: ...
+    async def durable(self, partitions: Iterable[int] = (), *, bounded: bool = False) -> None: ...
 
     async def wait_for_room(self) -> None: ...
 
@@ -495,7 +579,7 @@ class NoJournal:
         """Release at once."""
         release()
 
-    async def durable(self, partitions: Iterable[int] = ()) -> None:
+    async def durable(self, partitions: Iterable[int] = (), *, bounded: bool = False) -> None:
         """Nothing to wait for."""
 
     async def wait_for_room(self) -> None:

@@ -1,18 +1,36 @@
 """The service's own errors (service layer), beside the core's tree in :mod:`purgatory._core`.
 
-:class:`NotServingError` is the service's "unavailable, retry later": the scope's partition is
-not served here now (restoring, fenced, or another replica's). The HTTP layer answers it 503
-with ``Retry-After``; the clients retry it within their deadline.
+One error says "unavailable, retry later"; the HTTP layer answers every kind of it 503 with
+``Retry-After``, and the clients retry it within their deadline::
+
+    UsageError (core)
+    └── UnavailableError         nothing is wrong with the request: try it again later
+        ├── NotServingError      the scope's partition is not served here now (restoring,
+        │                        fenced, another replica's, or inputs stopped)
+        └── JournalStalledError  the broker did not acknowledge the write's journal entry in
+                                 time (the write is applied and may still become durable)
 """
 
 from __future__ import annotations
 
 from purgatory._core import UsageError
 
-__all__ = ["NotServingError"]
+__all__ = ["JournalStalledError", "NotServingError", "UnavailableError"]
 
 
-class NotServingError(UsageError):
+class UnavailableError(UsageError):
+    """The service cannot take this request now; retry later (HTTP 503 with Retry-After).
+
+    Attributes:
+        field: what the answer names as its field (None: nothing in the request).
+        retry_after_s: the pause the answer suggests before a retry, in whole seconds.
+    """
+
+    field: str | None = None
+    retry_after_s: int = 1
+
+
+class NotServingError(UnavailableError):
     """The scope's partition is not served here now (HTTP 503 with Retry-After).
 
     Args:
@@ -26,6 +44,8 @@ class NotServingError(UsageError):
         restoring: True while this replica restores it (it will serve it soon).
     """
 
+    field = "scope"
+
     def __init__(self, partition: int, *, restoring: bool, stopped: str | None = None) -> None:
         what = "is being restored" if restoring else "is not served by this replica"
         if stopped is not None:
@@ -33,3 +53,28 @@ class NotServingError(UsageError):
         super().__init__(f"partition {partition} {what}; retry later")
         self.partition = partition
         self.restoring = restoring
+
+
+class JournalStalledError(UnavailableError):
+    """The broker did not acknowledge a write's journal entry within ``wait_ms`` (HTTP 503
+    with Retry-After).
+
+    The write was applied here and its entry stays recorded: it becomes durable (and what it
+    decided is delivered) once the broker acknowledges it, unless this replica stops first. A
+    retry is safe: a retried registration is a duplicate of the first.
+
+    Args:
+        wait_ms: how long the write waited (``PURGATORY_JOURNAL_WAIT_MS``).
+
+    Attributes:
+        wait_ms: how long the write waited.
+    """
+
+    def __init__(self, wait_ms: int) -> None:
+        super().__init__(
+            f"the journal is not acknowledging: the broker did not acknowledge this write's"
+            f" changelog record within {wait_ms} ms (PURGATORY_JOURNAL_WAIT_MS). The write is"
+            f" applied and stays recorded: it becomes durable once the broker acknowledges it."
+            f" Retry later; a retried registration is a duplicate"
+        )
+        self.wait_ms = wait_ms

@@ -20,8 +20,10 @@ Errors are JSON ``{"error": {"status", "field", "message"}}`` with the field tha
 serve (with ``Allow``), 408 a body that did not arrive in time, 409 an id reused with another
 body, 413 a body over ``max_request_bytes`` or a batch over ``max_batch``, 422 a field or query
 parameter out of its domain (an unknown field included), 429 a limit (with ``Retry-After``), 503
-a partition not served here yet or a journal that failed (with ``Retry-After``). Nothing is
-half-applied: a batch is validated whole before any item is applied.
+(with ``Retry-After``) whatever :class:`~purgatory.service._errors.UnavailableError` says (a
+partition not served here yet, a journal the broker did not acknowledge within
+``PURGATORY_JOURNAL_WAIT_MS``) or a journal that failed. Nothing is half-applied: a batch is
+validated whole before any item is applied.
 
 The modules: ``_http_table`` (what a route is), ``_http_common`` (the configuration, errors,
 reading a request), ``_http_routes`` (the handlers and the table), ``_http_server`` (how slow
@@ -53,6 +55,7 @@ from purgatory._core import (
 )
 from purgatory.service._auth import ANONYMOUS, AuthError
 from purgatory.service._changelog import Gate, NoJournal
+from purgatory.service._errors import NotServingError, UnavailableError
 from purgatory.service._http_common import (
     HttpConfig,
     HttpError,
@@ -69,7 +72,7 @@ from purgatory.service._http_routes import ROUTES
 from purgatory.service._http_server import DRAIN_FACTOR, EarlyAnswers
 from purgatory.service._http_table import ApiRoute
 from purgatory.service._logging import get_logger
-from purgatory.service._state import NotServingError, ServiceState
+from purgatory.service._state import ServiceState
 
 __all__ = ["HttpConfig", "build_app"]
 
@@ -113,14 +116,16 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
         response = _error(422, str(exc), exc.field)
     except LimitError as exc:
         response = _error(429, str(exc), exc.field, {"Retry-After": "1"})
-    except NotServingError as exc:
-        url = None if exc.restoring else _target(ctx, request, exc.partition)
+    except UnavailableError as exc:
+        url = None
+        if isinstance(exc, NotServingError) and not exc.restoring:  # another replica's?
+            url = _target(ctx, request, exc.partition)
         if url is not None:
             raw = getattr(request.state, "raw", None)
             answered = await _forward(ctx, request, url, raw, extra_s=_wait_s(request))
             response = _passed_on(answered)
         else:
-            response = _error(503, str(exc), "scope", {"Retry-After": "1"})
+            response = _error(503, str(exc), exc.field, {"Retry-After": str(exc.retry_after_s)})
     except _ForwardFailedError as exc:
         response = _passed_on(exc.answer)
     except TransportError as exc:  # the journal failed: the write is not durable

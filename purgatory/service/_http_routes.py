@@ -1,5 +1,9 @@
 """The API's routes (service layer): one module-level handler per route, and the table,
 :data:`ROUTES`, that serves and documents them.
+
+A write is answered once the journal has it acknowledged (``gate.durable``), waiting at most
+``PURGATORY_JOURNAL_WAIT_MS``: a broker that does not acknowledge makes it answer 503 with
+Retry-After (:class:`~purgatory.service._errors.JournalStalledError`), never hang.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ async def create_operation(request: Request) -> Response:
     except RecordError:  # a policy of this replica's, e.g. a reply_to not allowed
         ctx.config.count_registration("invalid")
         raise
-    await ctx.gate.durable([ctx.state.partition_of(req.scope)])
+    await ctx.gate.durable([ctx.state.partition_of(req.scope)], bounded=True)
     return JSONResponse(answer, status_code=status)
 
 
@@ -132,7 +136,7 @@ async def create_operations(request: Request) -> Response:
         except NotServingError as exc:
             status, answer = 503, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
         results[index] = {"http_status": status, **answer}
-    await ctx.gate.durable({ctx.state.partition_of(decoded[i].scope) for i in local})
+    await ctx.gate.durable({ctx.state.partition_of(decoded[i].scope) for i in local}, bounded=True)
     return JSONResponse({"results": results})
 
 
@@ -225,7 +229,7 @@ async def cancel_operation(request: Request) -> Response:
     ctx = _context(request)
     scope, op_id = _query(request)
     outcome = ctx.state.cancel(CancelRequest(op_id=op_id, scope=scope))
-    await ctx.gate.durable([ctx.state.partition_of(scope)])
+    await ctx.gate.durable([ctx.state.partition_of(scope)], bounded=True)
     if outcome is None:
         found = ctx.state.lookup(scope, op_id)
         if found is None:
@@ -266,7 +270,7 @@ async def post_signals(request: Request) -> Response:
     local, forwarded = await _forward_parts(ctx, request, payload, "signals", records)
     client = _client(request)
     completed = sum(_signal(ctx, records[i], client) for i in local)
-    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local})
+    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
     completed += sum(answer.get("completed", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "completed": completed})
 
@@ -280,7 +284,7 @@ async def post_watermarks(request: Request) -> Response:
     )
     local, forwarded = await _forward_parts(ctx, request, payload, "watermarks", records)
     moved = sum(ctx.state.watermark(records[i]) for i in local)
-    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local})
+    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
     moved += sum(answer.get("moved", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "moved": moved})
 
@@ -467,8 +471,10 @@ ROUTES: tuple[ApiRoute, ...] = (
         auth=False,
         description="The body lists each partition held: `serving`, or `restoring` with the"
         " changelog records read and the seconds spent so far, or `fenced`; the partition"
-        " count of each topic keyed by scope; and `inputs_stopped`, why no input is taken"
-        " (a topic's partition count changed while the service ran), null while they are.",
+        " count of each topic keyed by scope; `inputs_stopped`, why no input is taken"
+        " (a topic's partition count changed while the service ran), null while they are; and"
+        " the `journal`: `stalled` while the broker does not acknowledge it (writes answer 503"
+        " with Retry-After), which leaves the replica ready.",
         answers=(
             Answer(200, "Ready.", "Readiness"),
             Answer(

@@ -102,7 +102,9 @@ _LIMITED = _error_answer(429, "A limit was reached; retry after Retry-After.", "
 _UNAVAILABLE = _error_answer(
     503,
     "The scope's partition is being restored (or is not served by this replica), or the"
-    " journal could not make the write durable; retry after Retry-After.",
+    " journal could not make the write durable: the broker did not acknowledge it within"
+    " PURGATORY_JOURNAL_WAIT_MS (the write stays applied and becomes durable once acknowledged;"
+    " a retried registration is a duplicate); retry after Retry-After.",
     "Retry-After",
 )
 #: Any path not in the table, and any method a path does not serve.

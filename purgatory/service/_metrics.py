@@ -179,6 +179,14 @@ _JOURNAL_PENDING = (
     "purgatory_journal_pending_entries",
     "Journal entries recorded that the broker has not acknowledged yet.",
 )
+_JOURNAL_UNACKNOWLEDGED = (
+    "purgatory_journal_unacknowledged_seconds",
+    "How long the oldest journal entry the broker has not acknowledged has waited (0: none).",
+)
+_JOURNAL_STALLED = (
+    "purgatory_journal_stalled",
+    "1 while that wait is PURGATORY_JOURNAL_WAIT_MS or more (HTTP writes answer 503), else 0.",
+)
 _JOURNAL_COUNTERS = (
     ("purgatory_journal_records", "Changelog records written (journal batches, per partition)."),
     ("purgatory_journal_entries", "Inputs journaled and acknowledged."),
@@ -244,6 +252,8 @@ def _partition_gauges(sources: _Sources) -> Iterator[Metric]:
     yield from families
     if journal is not None:
         yield GaugeMetricFamily(*_JOURNAL_PENDING, value=journal.pending_entries)
+        yield GaugeMetricFamily(*_JOURNAL_UNACKNOWLEDGED, value=journal.unacknowledged_s)
+        yield GaugeMetricFamily(*_JOURNAL_STALLED, value=1 if journal.stalled else 0)
         values = (journal.records, journal.entries, journal.bytes)
         for (name, doc), value in zip(_JOURNAL_COUNTERS, values, strict=True):
             yield CounterMetricFamily(name, doc, value=value)
@@ -275,6 +285,8 @@ def _gauge_docs() -> list[tuple[str, str]]:
         _RESTORE_RECORDS,
         _RESTORE_SECONDS,
         _JOURNAL_PENDING,
+        _JOURNAL_UNACKNOWLEDGED,
+        _JOURNAL_STALLED,
     ]
 
 

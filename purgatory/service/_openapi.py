@@ -243,6 +243,19 @@ def _schemas() -> dict[str, Any]:
                 "description": "Why no input is taken (a topic's partition count changed while"
                 " the service ran; it must be restarted), null while they are.",
             },
+            journal=_object(
+                ["state", "unacknowledged_seconds"],
+                state={
+                    "enum": ["ok", "stalled", "off"],
+                    "description": "`stalled` once the oldest journal entry the broker has not"
+                    " acknowledged has waited PURGATORY_JOURNAL_WAIT_MS (writes answer 503 with"
+                    " Retry-After; the replica stays ready), `off` without a journal.",
+                },
+                unacknowledged_seconds={
+                    "type": "number",
+                    "description": "How long that entry has waited (0: none waits).",
+                },
+            ),
         ),
         "Overview": _overview_schema(),
         "OpenApi": _object(["openapi", "info", "paths"], openapi=_STRING),

@@ -459,6 +459,14 @@ class Settings:
         " restore each partition from it (false: state is in memory only, and a restart loses"
         " the pending operations).",
     )
+    journal_wait_ms: int = _int(
+        5_000,
+        1,
+        600_000,
+        "How long an HTTP write waits for the broker to acknowledge its journal entry, in ms:"
+        " past it the write answers 503 with Retry-After (it stays applied and becomes durable"
+        " once acknowledged), and /readyz and the metrics report the journal stalled.",
+    )
     snapshot_interval_ms: int = _int(
         60_000,
         0,
