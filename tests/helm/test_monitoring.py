@@ -55,6 +55,7 @@ ALERTS = {
     "PurgatorySnapshotStale": "purgatory_snapshot_age_seconds",
     "PurgatorySnapshotterRestarting": "purgatory_snapshotter_restarts_total",
     "PurgatoryPartitionFenced": "purgatory_partition_fenced_total",
+    "PurgatoryJournalStalled": "purgatory_journal_stalled",
 }
 
 
@@ -176,8 +177,24 @@ def test_without_snapshots_there_is_no_snapshot_alert(config: dict[str, Any]) ->
     assert "PurgatorySnapshotStale" not in rules
     assert "PurgatorySnapshotterRestarting" not in rules
     assert "PurgatoryNotReady" in rules
-    # Only the journal fences a partition: its alert needs the journal, not the snapshots.
+    # Only the journal fences a partition or stalls: those alerts need the journal.
     assert ("PurgatoryPartitionFenced" in rules) == config.get("journal", True)
+    assert ("PurgatoryJournalStalled" in rules) == config.get("journal", True)
+
+
+def test_the_journal_alert_pages_and_says_the_pod_stays_ready_on_purpose() -> None:
+    # The pod stays ready while its journal is stalled, so only this alert sees it: it pages
+    # after a minute, and names the bound from the values.
+    rule = _rules({"prometheusRule": {"enabled": True}, "config": {"journal_wait_ms": 2_500}})[
+        "PurgatoryJournalStalled"
+    ]
+    assert rule["labels"] == {"severity": "critical"}
+    assert rule["for"] == "1m"
+    assert rule["expr"].endswith(") == 1")
+    description = re.sub(r"\s+", " ", rule["annotations"]["description"])
+    assert "config.journal_wait_ms (2500 ms)" in description
+    assert "answers 503 with Retry-After" in description
+    assert "stays ready on purpose" in description and "docs/kubernetes.md" in description
 
 
 def test_the_fence_alert_names_the_other_writer_and_where_to_look() -> None:

@@ -78,12 +78,12 @@ _TUNED = {
 @pytest.mark.parametrize(
     ("values", "count"),
     [
-        (RULES_VALUES, 12),
-        (SCENARIOS["prometheus-rule"], 12),
-        (SCENARIOS["everything"], 12),
-        (_TUNED, 12),
-        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 11),
-        ({"prometheusRule": {"enabled": True}, "config": {"snapshot_interval_ms": 0}}, 10),
+        (RULES_VALUES, 13),
+        (SCENARIOS["prometheus-rule"], 13),
+        (SCENARIOS["everything"], 13),
+        (_TUNED, 13),
+        ({"prometheusRule": {"enabled": True}, "resources": {"limits": {"memory": None}}}, 12),
+        ({"prometheusRule": {"enabled": True}, "config": {"snapshot_interval_ms": 0}}, 11),
         ({"prometheusRule": {"enabled": True}, "config": {"journal": False}}, 9),
     ],
     ids=[
