@@ -40,7 +40,11 @@ WARMUP = b"warmup0"
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
-    """A Tansu broker for this module's runs (each run uses topics of its own)."""
+    """A Tansu broker for this module's runs (each run uses topics of its own).
+
+    On Tansu alone: these test the harness, which measures on Tansu (``make bench``), not a
+    broker; the service's behaviour on Kafka is what the tests on ``kafka_broker`` show.
+    """
     from purgatory.service._broker import EmbeddedBroker  # noqa: PLC0415
 
     with EmbeddedBroker() as started:

@@ -1,6 +1,6 @@
 """A real Prometheus scrapes a real ``purgatory serve`` under a scripted workload.
 
-The service runs as a child process on the session's embedded broker (topics of its own, two
+The service runs as a child process on each of the session's brokers (topics of its own, two
 partitions); Prometheus scrapes it every second as job ``rel-purgatory`` with the target labels
 ``namespace="pipelines"`` and ``pod="rel-purgatory-0"`` (what the chart's ServiceMonitor gives a
 release ``rel``), and evaluates the chart's rendered alert rules every second.
@@ -47,7 +47,7 @@ from kafka import KafkaProducer
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._settings import Settings
 from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
 from tests.monitoring._prometheus import Prometheus, Sample, binary, pause, run_prometheus
@@ -99,7 +99,7 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _produce(broker: EmbeddedBroker, records: list[tuple[str, bytes]]) -> None:
+def _produce(broker: Broker, records: list[tuple[str, bytes]]) -> None:
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0)
     try:
         for topic, value in records:
@@ -109,7 +109,7 @@ def _produce(broker: EmbeddedBroker, records: list[tuple[str, bytes]]) -> None:
         producer.close(timeout=5)
 
 
-def _warm_up(url: str, broker: EmbeddedBroker, settings: Settings) -> None:
+def _warm_up(url: str, broker: Broker, settings: Settings) -> None:
     with PurgatoryClient(url, timeout_s=10) as client:
         client.register(scope=SCOPE, op_id="warm-done", keys=["warm"], timeout_ms=LONG_MS)
         client.signals([{"scope": SCOPE, "key": "warm"}])
@@ -120,7 +120,7 @@ def _warm_up(url: str, broker: EmbeddedBroker, settings: Settings) -> None:
     _produce(broker, [(settings.topic_signals, encode_signal(SignalRecord(SCOPE, "warm-k")))])
 
 
-def _workload(url: str, broker: EmbeddedBroker, settings: Settings) -> None:
+def _workload(url: str, broker: Broker, settings: Settings) -> None:
     with PurgatoryClient(url, timeout_s=10) as client:
         for i in range(COMPLETED):
             client.register(scope=SCOPE, op_id=f"done-{i}", keys=[f"k{i}"], timeout_ms=LONG_MS)
@@ -404,7 +404,7 @@ def _series(samples: list[Sample]) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_the_service_under_a_workload(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    kafka_broker: Broker, tmp_path: Path
 ) -> None:
     binary("prometheus")  # fail first, and clearly, if it is missing
     settings = _settings(kafka_broker)

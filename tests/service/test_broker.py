@@ -82,18 +82,20 @@ def test_missing_binary_is_a_transport_error_naming_it() -> None:
         EmbeddedBroker(binary="/nonexistent/tansu").start()
 
 
-def test_create_topics_is_idempotent(kafka_broker: EmbeddedBroker) -> None:
+# Tansu's alone, as is every test of this module: they test its launcher (test_kafka_broker.py
+# tests Kafka's), here the answer "already exists" it gives for a topic that exists.
+def test_create_topics_is_idempotent(tansu_broker: EmbeddedBroker) -> None:
     first, second = f"idem-{uuid.uuid4().hex}", f"idem-{uuid.uuid4().hex}"
-    kafka_broker.create_topics({first: 3})
-    kafka_broker.create_topics({first: 3})
-    kafka_broker.create_topics({first: 5, second: 2})  # existing topics are left as they are
-    assert _partitions(kafka_broker.bootstrap_servers, first) == 3
-    assert _partitions(kafka_broker.bootstrap_servers, second) == 2
+    tansu_broker.create_topics({first: 3})
+    tansu_broker.create_topics({first: 3})
+    tansu_broker.create_topics({first: 5, second: 2})  # existing topics are left as they are
+    assert _partitions(tansu_broker.bootstrap_servers, first) == 3
+    assert _partitions(tansu_broker.bootstrap_servers, second) == 2
 
 
-def test_create_topics_rejects_bad_arguments(kafka_broker: EmbeddedBroker) -> None:
+def test_create_topics_rejects_bad_arguments(tansu_broker: EmbeddedBroker) -> None:
     with pytest.raises(UsageError, match="partitions"):
-        kafka_broker.create_topics({"bad": 0})
+        tansu_broker.create_topics({"bad": 0})
 
 
 def test_die_with_parent_off_the_main_thread_is_a_usage_error() -> None:
@@ -191,16 +193,18 @@ with service_process(sys.argv[1], Path(sys.argv[2]), names, die_with_parent=True
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_sigkill_of_the_demo_takes_its_service_child_down(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    tansu_broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
+    # On Tansu alone: what must die with its owner is the service child; the broker it
+    # connects to is beside the point (and is Tansu in the demo).
     tag = uuid.uuid4().hex[:6]
     names = {
         f"PURGATORY_TOPIC_{kind.upper()}": f"{kind}-{tag}"
         for kind in ("requests", "signals", "callbacks", "dead_letters", "changelog")
     }
-    kafka_broker.create_topics({topic: 2 for topic in names.values()})
+    tansu_broker.create_topics({topic: 2 for topic in names.values()})
     out = tmp_path / "owner.log"
-    args = [kafka_broker.bootstrap_servers, str(tmp_path / "service.log")]
+    args = [tansu_broker.bootstrap_servers, str(tmp_path / "service.log")]
     args += [f"{k}={v}" for k, v in {**names, "PURGATORY_KAFKA_GROUP_ID": tag}.items()]
     owner = _run_owner([sys.executable, "-c", _SERVICE_OWNER, *args], out)
     services: list[int] = []

@@ -1,4 +1,4 @@
-"""Delivery, retries and metrics through the real broker (Tansu on loopback) and real HTTP.
+"""Delivery, retries and metrics through both real brokers on loopback and real HTTP.
 
 The same stories as ``test_delivery.py`` tells against the in-memory broker, confirmed end to
 end: a signal that would make a callback too large is refused alone while every other callback
@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import ApiError
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._kafka import KafkaClientConfig, open_kafka_sink
 from purgatory.service._transport import OutRecord
 from tests.service.test_e2e import _settings, consume, produce, service
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.kafka
 
 
 async def test_a_signal_that_would_make_a_callback_too_large_is_refused_alone(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     # The user's case: twenty 60 KB signals on one operation, beside 340 small ones.
     async with service(kafka_broker) as (settings, client):
@@ -61,7 +61,7 @@ async def test_a_signal_that_would_make_a_callback_too_large_is_refused_alone(
         assert (await client.get("big", "wide"))["status"] == "pending"
 
 
-async def test_a_record_the_producer_refuses_fails_alone(kafka_broker: EmbeddedBroker) -> None:
+async def test_a_record_the_producer_refuses_fails_alone(kafka_broker: Broker) -> None:
     settings = _settings(kafka_broker)
     config = KafkaClientConfig(bootstrap_servers=kafka_broker.bootstrap_servers)
     topic = settings.topic_callbacks
@@ -76,7 +76,7 @@ async def test_a_record_the_producer_refuses_fails_alone(kafka_broker: EmbeddedB
     assert sorted(found) == [b"first", b"last"]
 
 
-def _raw(broker: EmbeddedBroker, topic: str, count: int) -> list[bytes]:
+def _raw(broker: Broker, topic: str, count: int) -> list[bytes]:
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers)
@@ -103,7 +103,7 @@ def _metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def test_a_retry_is_a_duplicate_and_the_metrics_move_by_exactly_what_happened(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, _client):
         url = f"http://{settings.http_host}:{settings.http_port}"
@@ -170,7 +170,7 @@ async def test_a_retry_is_a_duplicate_and_the_metrics_move_by_exactly_what_happe
 
 
 async def test_a_700_kb_key_that_is_not_utf8_is_dead_lettered_within_the_record_limit(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, client):
         key = (b"\xff\xfe" + bytes(range(256))) * 2_717  # 700 kB, not UTF-8
@@ -190,7 +190,7 @@ async def test_a_700_kb_key_that_is_not_utf8_is_dead_lettered_within_the_record_
 
 
 def test_sigterm_with_thousands_of_expirations_due_delivers_them_all_and_exits_0(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     settings = _settings(kafka_broker)
     env = {

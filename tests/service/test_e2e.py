@@ -1,7 +1,7 @@
-"""The whole service end to end through the real broker (Tansu on loopback) and real HTTP.
+"""The whole service end to end through both real brokers on loopback and real HTTP.
 
 Each test runs the service with topics of its own (a unique prefix) on the session's broker,
-static partition assignment (the broker's group joins take seconds), and reads callbacks and dead
+static partition assignment (Tansu's group joins take seconds), and reads callbacks and dead
 letters with an independent kafka-python consumer. Every wait is bounded.
 """
 
@@ -36,7 +36,7 @@ from purgatory._codec import (
 from purgatory._core import Condition, TimeDomain
 from purgatory.client import ApiError, AsyncPurgatoryClient, PurgatoryClient
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from purgatory.service._settings import Settings, env_name
 
 pytestmark = pytest.mark.kafka
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 2
 
 
-def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
+def _settings(broker: Broker, **overrides: Any) -> Settings:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     settings = Settings.from_env(
         {},
@@ -79,7 +79,7 @@ def _settings(broker: EmbeddedBroker, **overrides: Any) -> Settings:
 
 @asynccontextmanager
 async def service(
-    broker: EmbeddedBroker, **overrides: Any
+    broker: Broker, **overrides: Any
 ) -> AsyncIterator[tuple[Settings, AsyncPurgatoryClient]]:
     settings = _settings(broker, **overrides)
     stop = trio.Event()
@@ -94,7 +94,7 @@ async def service(
         stop.set()
 
 
-def _produce(broker: EmbeddedBroker, records: list[tuple[str, bytes | None, bytes]]) -> None:
+def _produce(broker: Broker, records: list[tuple[str, bytes | None, bytes]]) -> None:
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0)
     try:
         for topic, key, value in records:
@@ -105,7 +105,7 @@ def _produce(broker: EmbeddedBroker, records: list[tuple[str, bytes | None, byte
 
 
 def _consume(
-    broker: EmbeddedBroker, topic: str, count: int, *, timeout_s: float = 20
+    broker: Broker, topic: str, count: int, *, timeout_s: float = 20
 ) -> list[dict[str, Any]]:
     """Read ``count`` JSON records from the start of ``topic`` (bounded by ``timeout_s``)."""
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)
@@ -133,11 +133,11 @@ class Deadline:
         return time.perf_counter() >= self._end
 
 
-async def consume(broker: EmbeddedBroker, topic: str, count: int) -> list[dict[str, Any]]:
+async def consume(broker: Broker, topic: str, count: int) -> list[dict[str, Any]]:
     return await trio.to_thread.run_sync(lambda: _consume(broker, topic, count))
 
 
-async def produce(broker: EmbeddedBroker, records: list[tuple[str, bytes | None, bytes]]) -> None:
+async def produce(broker: Broker, records: list[tuple[str, bytes | None, bytes]]) -> None:
     await trio.to_thread.run_sync(lambda: _produce(broker, records))
 
 
@@ -158,7 +158,7 @@ def register(op_id: str, scope: str, keys: tuple[str, ...], **kw: Any) -> bytes:
     return encode_request(RegisterRequest(**fields))
 
 
-async def test_http_registration_completed_by_kafka_signals(kafka_broker: EmbeddedBroker) -> None:
+async def test_http_registration_completed_by_kafka_signals(kafka_broker: Broker) -> None:
     async with service(kafka_broker) as (settings, client):
         await client.register(
             scope="night",
@@ -208,7 +208,7 @@ async def test_http_registration_completed_by_kafka_signals(kafka_broker: Embedd
 
 
 async def test_kafka_requests_any_count_expiry_cancel_idempotency_and_early_signals(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, client):
         req, sig = settings.topic_requests, settings.topic_signals
@@ -274,7 +274,7 @@ async def test_kafka_requests_any_count_expiry_cancel_idempotency_and_early_sign
     assert sorted(c["sequence"] for c in callbacks) == [1, 2, 3, 4, 5]
 
 
-async def test_event_time_expiry_and_timer_rearm_over_kafka(kafka_broker: EmbeddedBroker) -> None:
+async def test_event_time_expiry_and_timer_rearm_over_kafka(kafka_broker: Broker) -> None:
     async with service(kafka_broker) as (settings, client):
         req, sig = settings.topic_requests, settings.topic_signals
         await produce(
@@ -313,7 +313,7 @@ async def test_event_time_expiry_and_timer_rearm_over_kafka(kafka_broker: Embedd
 
 
 async def test_an_in_band_watermark_follows_the_re_arms_before_it(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     """On the requests topic, a watermark applies after the registrations written before it."""
 
@@ -341,7 +341,7 @@ async def test_an_in_band_watermark_follows_the_re_arms_before_it(
 
 
 async def test_garbage_goes_to_dead_letters_and_the_consumer_goes_on(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, client):
         req, sig = settings.topic_requests, settings.topic_signals
@@ -368,7 +368,7 @@ async def test_garbage_goes_to_dead_letters_and_the_consumer_goes_on(
     assert all(isinstance(letter["offset"], int) and letter["reason"] for letter in letters)
 
 
-async def test_bad_http_requests_are_4xx_and_limits_are_429(kafka_broker: EmbeddedBroker) -> None:
+async def test_bad_http_requests_are_4xx_and_limits_are_429(kafka_broker: Broker) -> None:
     async with service(kafka_broker, max_pending_per_scope=1, max_keys_per_operation=3) as (
         _,
         client,
@@ -401,7 +401,7 @@ def _wait_until_listening(proc: subprocess.Popen[bytes], port: int) -> None:
 
 
 def test_sigterm_drains_and_flushes_every_accepted_outcome(
-    kafka_broker: EmbeddedBroker, tmp_path: Any
+    kafka_broker: Broker, tmp_path: Any
 ) -> None:
     settings = _settings(kafka_broker)
     env = {

@@ -13,7 +13,7 @@ import trio
 from purgatory._codec import SignalRecord, encode_signal
 from purgatory.client import AsyncPurgatoryClient
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
 from tests.service.test_e2e import PARTITIONS, _consume, _settings, produce, register
@@ -37,7 +37,7 @@ async def _serving(settings: Settings, body: Any) -> None:
         stop.set()
 
 
-def _members(broker: EmbeddedBroker, name: str) -> tuple[Settings, list[int], list[Settings]]:
+def _members(broker: Broker, name: str) -> tuple[Settings, list[int], list[Settings]]:
     """Two static group members on free ports, each advertising its URL: the shared settings,
     the ports and each member's settings (instance ids ``<name>-0`` and ``<name>-1``)."""
     shared = dataclasses.replace(_settings(broker), kafka_static_partitions=None)
@@ -55,7 +55,7 @@ def _members(broker: EmbeddedBroker, name: str) -> tuple[Settings, list[int], li
 
 
 async def test_a_restarted_group_member_restores_its_partitions_before_serving_them(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     settings = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
     scopes = [f"g{i}" for i in range(8)]  # both partitions
@@ -85,7 +85,7 @@ async def test_a_restarted_group_member_restores_its_partitions_before_serving_t
 
 
 async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     shared = dataclasses.replace(_settings(kafka_broker), kafka_static_partitions=None)
     first = dataclasses.replace(shared, http_port=free_port())
@@ -139,7 +139,7 @@ async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
     assert all(c["keys"] == ["a", "b"] for c in callbacks)  # "a" survived the move
 
 
-async def test_any_member_of_a_group_answers_for_any_scope(kafka_broker: EmbeddedBroker) -> None:
+async def test_any_member_of_a_group_answers_for_any_scope(kafka_broker: Broker) -> None:
     shared, ports, members = _members(kafka_broker, "member")
     scopes = [f"any{i}" for i in range(20)]
     assert {partition_for(s, PARTITIONS) for s in scopes} == set(range(PARTITIONS))
@@ -186,7 +186,7 @@ def _restores(metrics: str) -> dict[int, float]:
 
 
 async def test_a_member_that_joins_moves_only_the_partitions_it_takes(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     shared, ports, members = _members(kafka_broker, "joiner")
     scopes = [f"j{i}" for i in range(12)]

@@ -1,4 +1,4 @@
-"""The intake's key and partition rules through the real broker (Tansu on loopback).
+"""The intake's key and partition rules through both real brokers on loopback.
 
 What ``test_intake.py`` checks on the in-memory broker, with records a kafka-python producer
 writes as a careless one would: with a null key (its partitioner picks any partition), and with
@@ -13,7 +13,7 @@ import trio
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import ApiError
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._partitioning import partition_for
 from tests.service.test_e2e import PARTITIONS, _consume, consume, service
 
@@ -24,9 +24,7 @@ HOME = partition_for(SCOPE, PARTITIONS)
 AWAY = 1 - HOME
 
 
-def _send(
-    broker: EmbeddedBroker, records: list[tuple[str, bytes | None, bytes, int | None]]
-) -> None:
+def _send(broker: Broker, records: list[tuple[str, bytes | None, bytes, int | None]]) -> None:
     from kafka import KafkaProducer  # noqa: PLC0415
 
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, linger_ms=0)
@@ -45,7 +43,7 @@ def _register(op_id: str, keys: tuple[str, ...], timeout_ms: int) -> bytes:
 
 
 async def test_null_keys_and_chosen_partitions_are_dead_lettered_and_change_nothing(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, client):
         requests, signals = settings.topic_requests, settings.topic_signals

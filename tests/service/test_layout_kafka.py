@@ -4,10 +4,10 @@ Input topics of 4 partitions with a changelog and snapshots of 2 (what a restart
 the inputs were grown), a replica given partitions 0 and 1: it used to start and be ready,
 never reading partitions 2 and 3. Now the start is refused, naming every topic and its count:
 ``purgatory serve`` exits 2 before it starts anything, and ``run_service`` raises
-``ConfigError`` (on the embedded broker). The embedded broker refuses CreatePartitions, so a
-partition added to a live input topic is tried on Apache Kafka: the consumer's metadata shows
-it within seconds and the service stops its inputs, saying why on ``/readyz`` and ``/metrics``
-(the in-memory broker tries every topic: ``tests/service/test_layout.py``).
+``ConfigError`` (on both brokers). The embedded broker refuses CreatePartitions, so a
+partition added to a live input topic is tried on Apache Kafka alone: the consumer's metadata
+shows it within seconds and the service stops its inputs, saying why on ``/readyz`` and
+``/metrics`` (the in-memory broker tries every topic: ``tests/service/test_layout.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kafka.admin import KafkaAdminClient, NewPartitions
 
 from purgatory._core import ConfigError
 from purgatory.service._app import run_service
-from purgatory.service._broker import Broker, EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from purgatory.service._kafka_broker import KafkaBroker
 from purgatory.service._settings import Settings, env_name
 
@@ -76,7 +76,7 @@ def _named(settings: Settings) -> list[str]:
     ]
 
 
-def test_serve_refuses_a_journal_of_fewer_partitions(kafka_broker: EmbeddedBroker) -> None:
+def test_serve_refuses_a_journal_of_fewer_partitions(kafka_broker: Broker) -> None:
     settings = _settings(kafka_broker)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")},
@@ -114,7 +114,7 @@ def test_serve_refuses_a_journal_of_fewer_partitions(kafka_broker: EmbeddedBroke
 
 
 async def test_run_service_refuses_a_journal_of_fewer_partitions(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     settings = _settings(kafka_broker)
     with trio.fail_after(30), pytest.raises(ConfigError) as refused:
@@ -134,6 +134,7 @@ def _grow(servers: str, topic: str, count: int) -> None:
 async def test_partitions_added_to_a_live_input_topic_stop_the_inputs(
     apache_kafka: KafkaBroker,
 ) -> None:
+    # On Kafka alone: Tansu refuses CreatePartitions (see the module docstring).
     settings = _settings(apache_kafka, inputs=2, journal=2)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:

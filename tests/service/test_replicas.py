@@ -13,7 +13,7 @@ import trio
 from purgatory._codec import CancelRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import AsyncPurgatoryClient
 from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
 from tests.service.test_e2e import PARTITIONS, _consume, _settings, produce, register
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.kafka
 
 @asynccontextmanager
 async def two_replicas(
-    broker: EmbeddedBroker,
+    broker: Broker,
 ) -> AsyncIterator[tuple[Settings, list[AsyncPurgatoryClient]]]:
     """Replica 0 owns partition 0, replica 1 partition 1; each knows the other's URL."""
     shared = _settings(broker)
@@ -57,7 +57,7 @@ async def two_replicas(
 
 
 async def test_any_replica_reads_and_writes_any_scope_and_each_gets_one_outcome(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     scopes = [f"run-{i}" for i in range(40)]
     assert {partition_for(s, PARTITIONS) for s in scopes} == {0, 1}
@@ -88,7 +88,7 @@ async def test_any_replica_reads_and_writes_any_scope_and_each_gets_one_outcome(
     assert all(c["partition"] == partition_for(c["scope"], PARTITIONS) for c in callbacks)
 
 
-async def _run_workload(broker: EmbeddedBroker, replicas: int) -> list[tuple[Any, ...]]:
+async def _run_workload(broker: Broker, replicas: int) -> list[tuple[Any, ...]]:
     """The same Kafka workload through ``replicas`` service replicas (ordinal mode); the
     outcomes as (scope, op_id, outcome, keys, partition, sequence), sorted."""
     shared = _settings(broker)
@@ -156,7 +156,7 @@ async def _run_workload(broker: EmbeddedBroker, replicas: int) -> list[tuple[Any
 
 
 async def test_the_same_workload_decides_the_same_outcomes_with_one_and_two_replicas(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     one = await _run_workload(kafka_broker, 1)
     two = await _run_workload(kafka_broker, 2)

@@ -17,7 +17,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 
 from purgatory._core import TransportError
 from purgatory.client import ApiError
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._kafka import KafkaClientConfig, open_kafka_sink
 from purgatory.service._kafka_config import no_topic_creation
 from purgatory.service._kafka_reader import open_kafka_reader
@@ -27,7 +27,7 @@ from tests.service.test_e2e import consume, service
 pytestmark = pytest.mark.kafka
 
 
-def _topics(broker: EmbeddedBroker) -> set[str]:
+def _topics(broker: Broker) -> set[str]:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
     try:
         return set(admin.list_topics())
@@ -36,7 +36,7 @@ def _topics(broker: EmbeddedBroker) -> set[str]:
 
 
 async def test_a_callback_to_an_allowed_reply_to_that_does_not_exist_is_dead_lettered(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     missing = f"purgatory.reply.missing-{uuid.uuid4().hex[:8]}"
     async with service(kafka_broker, reply_to_timeout_ms=1_000) as (settings, client):
@@ -54,7 +54,7 @@ async def test_a_callback_to_an_allowed_reply_to_that_does_not_exist_is_dead_let
 
 
 async def test_a_refused_reply_to_creates_nothing_and_is_named(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     async with service(kafka_broker) as (settings, client):
         for topic in ("__consumer_offsets", "_schemas", settings.topic_requests, "elsewhere"):
@@ -66,7 +66,7 @@ async def test_a_refused_reply_to_creates_nothing_and_is_named(
     assert "elsewhere" not in await trio.to_thread.run_sync(_topics, kafka_broker)
 
 
-async def test_no_client_of_the_service_creates_a_topic(kafka_broker: EmbeddedBroker) -> None:
+async def test_no_client_of_the_service_creates_a_topic(kafka_broker: Broker) -> None:
     config = KafkaClientConfig(bootstrap_servers=kafka_broker.bootstrap_servers)
     by_sink = f"no-such-topic-{uuid.uuid4().hex[:8]}"
     by_reader = f"no-such-topic-{uuid.uuid4().hex[:8]}"
@@ -81,7 +81,7 @@ async def test_no_client_of_the_service_creates_a_topic(kafka_broker: EmbeddedBr
 
 
 def test_kafka_python_ignores_allow_auto_create_topics_without_the_factory(
-    kafka_broker: EmbeddedBroker,
+    kafka_broker: Broker,
 ) -> None:
     # Why no_topic_creation() carries a kafka_client factory: the documented argument alone does
     # not reach the metadata requests (kafka-python 3.0.12). If this starts failing, the

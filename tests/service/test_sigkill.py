@@ -1,4 +1,4 @@
-"""SIGKILL under load, five times, through the real broker (Tansu on loopback) and real HTTP.
+"""SIGKILL under load, five times, through each real broker on loopback and real HTTP.
 
 ``purgatory serve`` runs as a child process on topics of its own (two partitions each, static
 assignment) while this test drives a mix of HTTP registrations (single and batched), Kafka
@@ -55,7 +55,7 @@ from purgatory._codec import (
 )
 from purgatory._core import TransportError
 from purgatory.client import ApiError, PurgatoryClient, operation
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings, env_name
 from tests.service.test_e2e import PARTITIONS, Deadline, _settings
@@ -430,7 +430,7 @@ class Background:
 class CallbackReader:
     """Reads the callbacks topic from its start, on demand, up to its real end."""
 
-    def __init__(self, broker: EmbeddedBroker, topic: str) -> None:
+    def __init__(self, broker: Broker, topic: str) -> None:
         self._consumer = KafkaConsumer(
             bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False
         )
@@ -476,9 +476,7 @@ class CallbackReader:
         self._consumer.close()
 
 
-def _wait_for_snapshots(
-    broker: EmbeddedBroker, topic: str, since_ms: int, timeout_s: float
-) -> None:
+def _wait_for_snapshots(broker: Broker, topic: str, since_ms: int, timeout_s: float) -> None:
     """Until every partition has a snapshot manifest written since ``since_ms``."""
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)
     try:
@@ -508,7 +506,7 @@ def _scopes() -> list[str]:
 
 
 def test_sigkill_under_load_loses_nothing_acknowledged_and_decides_nothing_twice(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    kafka_broker: Broker, tmp_path: Path
 ) -> None:
     began = time.perf_counter()
     settings = _settings(kafka_broker)

@@ -46,7 +46,7 @@ from kafka import KafkaProducer
 
 from purgatory._core import TransportError
 from purgatory.client import ApiError, PurgatoryClient
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from purgatory.service._owners import range_owner
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
@@ -224,7 +224,7 @@ def _kafka_burst(load: Load, count: int) -> None:
 
 
 def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    kafka_broker: Broker, tmp_path: Path
 ) -> None:
     began = time.perf_counter()
     shared = _settings(kafka_broker)

@@ -1,4 +1,4 @@
-"""``purgatory serve`` with its real snapshotter child, on the embedded broker: SIGKILL the
+"""``purgatory serve`` with its real snapshotter child, on both real brokers: SIGKILL the
 snapshotter and the service reaps it (no zombie), logs it, counts it, starts a new one that
 writes snapshots again, and ``/metrics`` shows how old each partition's latest snapshot is."""
 
@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory._core._manifest import decode_manifest
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._child import service_process
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings, env_name
@@ -91,7 +91,7 @@ def _env(settings: Settings) -> dict[str, str]:
 
 
 def _latest_manifest(
-    broker: EmbeddedBroker, topic: str, partition: int, timeout_s: float = 10
+    broker: Broker, topic: str, partition: int, timeout_s: float = 10
 ) -> tuple[int, int] | None:
     """``(timestamp_ms, journal_offset)`` of the partition's last manifest on the topic."""
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)
@@ -115,7 +115,7 @@ def _latest_manifest(
 
 
 def _snapshot_after(
-    broker: EmbeddedBroker, topic: str, partition: int, since_ms: int
+    broker: Broker, topic: str, partition: int, since_ms: int
 ) -> Callable[[], tuple[int, int] | None]:
     """A probe: the partition's latest manifest, once one was written since ``since_ms``."""
 
@@ -145,7 +145,7 @@ def _wall_ms() -> int:
 
 
 def test_a_killed_snapshotter_is_reaped_logged_counted_and_restarted(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    kafka_broker: Broker, tmp_path: Path
 ) -> None:
     settings = _settings(kafka_broker)
     topic = settings.topic_snapshots

@@ -31,7 +31,7 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.service._broker import Broker, free_port
 from tests.service.test_e2e import _settings
 from tests.service.test_sigkill import (
     READY_BOUND_S,
@@ -73,7 +73,7 @@ def _fences_counted(url: str) -> int:
 
 
 def test_two_replicas_on_the_same_partitions_never_release_conflicting_outcomes(
-    kafka_broker: EmbeddedBroker, tmp_path: Path
+    kafka_broker: Broker, tmp_path: Path
 ) -> None:
     settings = _settings(kafka_broker)
     second_port = free_port()

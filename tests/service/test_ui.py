@@ -1,5 +1,5 @@
 """The operators' page at ``/ui`` in a real headless Chromium, over ``purgatory serve`` and the
-real embedded broker (Tansu on loopback), with an API token configured.
+session's real broker (Kafka, then Tansu, on loopback), with an API token configured.
 
 Debian's ``chromium`` (``/usr/bin/chromium``; ``make install`` installs it) is driven by
 Playwright's Python client, launched with flags that keep it off the network it would otherwise
@@ -35,7 +35,7 @@ import pytest
 from playwright.sync_api import Page, ViewportSize, expect, sync_playwright
 
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._child import service_process
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings, env_name
@@ -147,7 +147,7 @@ def browser_page(tmp_path: Path) -> Iterator[Page]:
 
 
 def test_the_page_shows_the_replica_and_updates_itself(
-    kafka_broker: EmbeddedBroker, browser_page: Page, tmp_path: Path
+    kafka_broker: Broker, browser_page: Page, tmp_path: Path
 ) -> None:
     settings = _settings(kafka_broker)
     env = _env(settings)
@@ -287,7 +287,7 @@ def test_the_page_shows_the_replica_and_updates_itself(
 
 @pytest.fixture(scope="module")
 def served_with_token(
-    kafka_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+    kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """``purgatory serve`` with an API token, one operation pending in ``NIGHTLY``: its URL."""
     settings = _settings(kafka_broker)

@@ -11,7 +11,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._broker import Broker
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +28,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def topic(kafka_broker: EmbeddedBroker) -> str:
+def topic(kafka_broker: Broker) -> str:
     """A new topic of 2 partitions on the session's broker."""
     name = f"topic-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topics({name: 2})

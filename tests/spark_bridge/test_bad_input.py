@@ -20,7 +20,7 @@ from tests.spark_bridge._support import failure, writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -32,7 +32,7 @@ SENTINEL = b"sentinel"
 
 
 @pytest.fixture
-def topic_of_one_partition(kafka_broker: EmbeddedBroker) -> str:
+def topic_of_one_partition(kafka_broker: Broker) -> str:
     name = f"bad-input-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topics({name: 1})
     return name
@@ -75,7 +75,7 @@ def left_on(servers: str, topic: str, timeout_s: float = 20.0) -> list[bytes]:
 
 @pytest.mark.parametrize("where", list(POSITIONS))
 def test_a_null_key_in_a_partition_of_signals_fails_it_with_nothing_sent(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str, where: str
+    spark: SparkSession, kafka_broker: Broker, topic_of_one_partition: str, where: str
 ) -> None:
     servers, topic, bad_at = (
         kafka_broker.bootstrap_servers,
@@ -92,7 +92,7 @@ def test_a_null_key_in_a_partition_of_signals_fails_it_with_nothing_sent(
 
 @pytest.mark.parametrize("where", list(POSITIONS))
 def test_a_null_watch_key_in_a_partition_of_operations_fails_it_with_nothing_sent(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str, where: str
+    spark: SparkSession, kafka_broker: Broker, topic_of_one_partition: str, where: str
 ) -> None:
     servers, topic, bad_at = (
         kafka_broker.bootstrap_servers,
@@ -111,7 +111,7 @@ def test_a_null_watch_key_in_a_partition_of_operations_fails_it_with_nothing_sen
 
 
 def test_a_good_partition_is_sent_whole_and_in_order_through_the_spool(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic_of_one_partition: str
+    spark: SparkSession, kafka_broker: Broker, topic_of_one_partition: str
 ) -> None:
     servers, topic = kafka_broker.bootstrap_servers, topic_of_one_partition
     writer(signals(spark, None), "purgatory-signals", servers, topic, **BUDGET).save()

@@ -1,4 +1,4 @@
-"""The ``purgatory-operations`` sink against a real local Spark and the embedded broker."""
+"""The ``purgatory-operations`` sink against a real local Spark and both real brokers."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.spark_bridge._support import writer as sink_writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -35,7 +35,7 @@ def test_the_sink_is_named_purgatory_operations() -> None:
 
 
 def test_a_batch_write_registers_one_operation_per_row_with_every_field(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     deadline = dt.datetime(2026, 11, 22, 6, 0, tzinfo=dt.UTC)
     rows = [
@@ -73,7 +73,7 @@ def test_a_batch_write_registers_one_operation_per_row_with_every_field(
 
 
 def test_a_stream_re_arms_timers_then_publishes_the_watermark_in_band(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, kafka_broker: Broker, topic: str, tmp_path: Path
 ) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -127,7 +127,7 @@ def test_a_stream_re_arms_timers_then_publishes_the_watermark_in_band(
 
 
 def test_a_null_op_id_fails_the_write_naming_the_column_and_sends_nothing_of_it(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([(None, "s")], "op_id string, scope string")
     save = writer(df.coalesce(1), kafka_broker.bootstrap_servers, topic, timeout_ms="1000").save
@@ -137,7 +137,7 @@ def test_a_null_op_id_fails_the_write_naming_the_column_and_sends_nothing_of_it(
 
 
 def test_a_row_with_neither_deadline_nor_timeout_names_both(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("op", "s")], "op_id string, scope string")
     message = failure(writer(df, kafka_broker.bootstrap_servers, topic).save)
@@ -146,7 +146,7 @@ def test_a_row_with_neither_deadline_nor_timeout_names_both(
 
 
 def test_a_keys_column_of_integers_is_named_before_any_task_runs(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("op", "s", [1])], "op_id string, scope string, ids array<int>")
     save = writer(df, kafka_broker.bootstrap_servers, topic, keys_column="ids").save
@@ -167,7 +167,7 @@ def test_a_keys_column_of_integers_is_named_before_any_task_runs(
     ],
 )
 def test_bad_options_are_named(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, options: dict[str, str], named: str
+    spark: SparkSession, kafka_broker: Broker, options: dict[str, str], named: str
 ) -> None:
     df = spark.createDataFrame([("op", "s")], "op_id string, scope string")
     assert named in failure(writer(df, kafka_broker.bootstrap_servers, "unused", **options).save)

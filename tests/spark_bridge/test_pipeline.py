@@ -31,7 +31,7 @@ from spark_bridge.examples.inactivity import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -47,7 +47,7 @@ class Service:
 
 @pytest.fixture(scope="module")
 def service(
-    kafka_broker: EmbeddedBroker, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+    kafka_broker: Broker, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
     tag = uuid.uuid4().hex[:6]
     names = {

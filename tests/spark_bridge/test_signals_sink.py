@@ -1,4 +1,4 @@
-"""The ``purgatory-signals`` sink against a real local Spark and the embedded broker."""
+"""The ``purgatory-signals`` sink against a real local Spark and both real brokers."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.spark_bridge._support import writer as sink_writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import EmbeddedBroker
+    from purgatory.service._broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -35,7 +35,7 @@ def test_the_source_is_named_purgatory_signals() -> None:
 
 
 def test_a_batch_write_publishes_exactly_one_signal_per_row(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     n = 300
     rows = [
@@ -62,7 +62,7 @@ def test_a_batch_write_publishes_exactly_one_signal_per_row(
 
 
 def test_a_stream_publishes_signals_then_monotonic_watermarks_per_scope(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str, tmp_path: Path
+    spark: SparkSession, kafka_broker: Broker, topic: str, tmp_path: Path
 ) -> None:
     source = tmp_path / "in"
     source.mkdir()
@@ -107,7 +107,7 @@ def test_a_stream_publishes_signals_then_monotonic_watermarks_per_scope(
 
 
 def test_a_null_key_fails_the_write_naming_the_key_column(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("s", "k1"), ("s", None)], "scope string, key string")
     message = failure(writer(df.coalesce(1), kafka_broker.bootstrap_servers, topic).save)
@@ -116,7 +116,7 @@ def test_a_null_key_fails_the_write_naming_the_key_column(
 
 
 def test_a_key_over_max_key_bytes_fails_the_write_naming_the_key_column(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("s", "x" * 9)], "scope string, key string")
     save = writer(df, kafka_broker.bootstrap_servers, topic, max_key_bytes="8").save
@@ -124,16 +124,14 @@ def test_a_key_over_max_key_bytes_fails_the_write_naming_the_key_column(
 
 
 def test_a_column_of_the_wrong_type_is_named_before_any_task_runs(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("s", 1)], "scope string, id int")
     save = writer(df, kafka_broker.bootstrap_servers, topic, key_column="id").save
     assert "column 'id' (option 'key_column') must be a string, got int" in failure(save)
 
 
-def test_a_missing_column_is_named(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
-) -> None:
+def test_a_missing_column_is_named(spark: SparkSession, kafka_broker: Broker, topic: str) -> None:
     df = spark.createDataFrame([("s", "k")], "scope string, name string")
     message = failure(writer(df, kafka_broker.bootstrap_servers, topic).save)
     assert "column 'key' (option 'key_column') is not in the DataFrame" in message
@@ -156,7 +154,7 @@ def test_an_unreachable_broker_is_named_within_seconds(spark: SparkSession) -> N
 
 
 def test_overwrite_mode_is_refused_naming_the_mode(
-    spark: SparkSession, kafka_broker: EmbeddedBroker, topic: str
+    spark: SparkSession, kafka_broker: Broker, topic: str
 ) -> None:
     df = spark.createDataFrame([("s", "k")], "scope string, key string")
     save = writer(df, kafka_broker.bootstrap_servers, topic).mode("overwrite").save
