@@ -17,7 +17,10 @@ missing. Java (17 or later) comes from ``JAVA_HOME``, else ``PATH``. Decisions:
   two free loopback ports (PLAINTEXT for clients, CONTROLLER for the quorum), both kept across
   restarts so that clients reconnect to the same address. Replication factors and the
   transaction log's min ISR are 1, ``group.initial.rebalance.delay.ms=0`` so a group's first
-  join is not held back 3 s, ``auto.create.topics.enable=false`` as in production.
+  join is not held back 3 s. ``auto.create.topics.enable`` is left on, Kafka's default and what
+  many clusters run: a metadata request for a missing topic creates it unless the client asks
+  not to, so it is the service's own clients (``_kafka_config.no_topic_creation``) that the tests
+  show create nothing, not the broker's setting.
 - Storage is formatted once, on the first start on an empty data dir, by
   ``kafka.tools.StorageTool format --standalone`` (a dynamic quorum of this one controller,
   with a fresh cluster id); a formatted dir is served as it is.
@@ -134,7 +137,7 @@ def _server_properties(port: int, controller_port: int, log_dir: Path) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "false",
+        "auto.create.topics.enable": "true",  # Kafka's default: see the module docstring
         # A restart after a SIGKILL waits for the dead broker's session to expire.
         "broker.heartbeat.interval.ms": "500",
         "broker.session.timeout.ms": "3000",

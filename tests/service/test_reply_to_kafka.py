@@ -1,8 +1,8 @@
-"""The reply_to allow-list and topic creation through the real broker (Tansu on loopback).
+"""The reply_to allow-list and topic creation through both real brokers on loopback.
 
-Tansu creates a topic when a metadata request names it and allows it, as a broker with
-``auto.create.topics.enable`` does: these tests would leave topics behind if any client of the
-service asked for that.
+Both create a topic when a metadata request names it and allows it: the test Kafka runs with
+``auto.create.topics.enable`` on (Kafka's default, as on many clusters), and Tansu behaves so
+too. So these tests would leave topics behind if any client of the service asked for that.
 """
 
 from __future__ import annotations
