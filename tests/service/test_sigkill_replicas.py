@@ -5,10 +5,12 @@ partitions each): replica 0 owns partition 0, replica 1 partition 1, and each kn
 URL. HTTP registrations (single and batched) and signals go to a replica picked at random, so
 about half of them are forwarded to the owner; Kafka registrations and signals are written as
 well. Replica 1 is SIGKILLed three times in the middle of that load (once after a fresh snapshot
-of its partition, so its restore loads it and replays the journal after it). While it is down the
-load goes to replica 0 alone: requests for partition 1 are answered 503 with Retry-After and
-retried by the client until its timeout, and succeed if replica 1 is back by then (both are
-counted); those for partition 0 must all succeed. Replica 1 is restarted while that load goes on.
+of its partition, so its restore loads it and replays the journal after it); twice on Tansu,
+the second broker, where the third kill, the first one again on a longer journal, would only
+repeat what Kafka's half has shown, for 6 s more. While it is down the load goes to replica 0
+alone: requests for partition 1 are answered 503 with Retry-After and retried by the client
+until its timeout, and succeed if replica 1 is back by then (both are counted); those for
+partition 0 must all succeed. Replica 1 is restarted while that load goes on.
 After the last restart the remaining barriers are signalled, every acknowledged operation's
 callback is awaited, and a SIGTERM must make both replicas exit 0.
 
@@ -47,6 +49,7 @@ from kafka import KafkaProducer
 from purgatory._core import TransportError
 from purgatory.client import ApiError, PurgatoryClient
 from purgatory.service._broker import Broker, free_port
+from purgatory.service._kafka_broker import KafkaBroker
 from purgatory.service._owners import range_owner
 from purgatory.service._partitioning import partition_for
 from purgatory.service._settings import Settings
@@ -66,7 +69,7 @@ from tests.service.test_sigkill import (
 pytestmark = pytest.mark.kafka
 
 REPLICAS = 2
-KILLS = 3
+KILLS = 3  # on Kafka; on Tansu the first two (see the module docstring)
 KILLED = 1  # the ordinal that is killed; replica 0 runs throughout
 UP_S = 0.8  # load through both replicas before each kill
 DOWN_S = 1.5  # replica 1 down, load through replica 0 alone, before its restart
@@ -227,6 +230,7 @@ def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone
     kafka_broker: Broker, tmp_path: Path
 ) -> None:
     began = time.perf_counter()
+    kills = KILLS if isinstance(kafka_broker, KafkaBroker) else 2
     shared = _settings(kafka_broker)
     ports = [shared.http_port, free_port()]
     while ports[1] == ports[0]:
@@ -260,7 +264,7 @@ def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone
         steady_pid = steady.proc.pid
         steady_ready = steady.readiness()
 
-        for kill in range(KILLS):
+        for kill in range(kills):
             both = spawn(replicas, "up")
             _kafka_burst(load, 12)
             if kill == 1:
@@ -340,11 +344,11 @@ def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone
     # Replica 0 restored its partition once (at its start); replica 1 once per incarnation.
     assert [(n, d["partition"]) for n, d in restored[0]] == [(0, 0)], restored[0]
     assert [(n, d["partition"]) for n, d in serving[0]] == [(0, 0)], serving[0]
-    assert [(n, d["partition"]) for n, d in restored[1]] == [(n, 1) for n in range(KILLS + 1)]
-    assert [(n, d["partition"]) for n, d in serving[1]] == [(n, 1) for n in range(KILLS + 1)]
+    assert [(n, d["partition"]) for n, d in restored[1]] == [(n, 1) for n in range(kills + 1)]
+    assert [(n, d["partition"]) for n, d in serving[1]] == [(n, 1) for n in range(kills + 1)]
     assert all(d["journal_records"] > 0 for _, d in serving[1][1:]), serving[1]
     assert any(d["snapshot_pending"] > 0 for _, d in serving[1][1:]), "no restore from a snapshot"
-    assert len(restarts) == KILLS
+    assert len(restarts) == kills
     assert all(seconds < READY_BOUND_S for seconds in starts + restarts), (starts, restarts)
 
 

@@ -17,6 +17,8 @@ itself. With ``PURGATORY_RECORD_UI=1`` the test saves the screenshot of the docs
 
 The token is also given at the common screen sizes, from a narrow window to a full HD one, with
 real clicks: nothing on the page (the deadline timeline once did) may cover the login form.
+Those run on Tansu alone (what ``purgatory dev`` serves the page with): a layout is the page's,
+not the broker's, and six more sizes on Kafka would add a quarter of a minute for nothing.
 """
 
 from __future__ import annotations
@@ -287,13 +289,15 @@ def test_the_page_shows_the_replica_and_updates_itself(
 
 @pytest.fixture(scope="module")
 def served_with_token(
-    kafka_broker: Broker, tmp_path_factory: pytest.TempPathFactory
+    tansu_broker: Broker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    """``purgatory serve`` with an API token, one operation pending in ``NIGHTLY``: its URL."""
-    settings = _settings(kafka_broker)
+    """``purgatory serve`` with an API token, one operation pending in ``NIGHTLY``: its URL.
+
+    On Tansu alone: see the module docstring."""
+    settings = _settings(tansu_broker)
     log = tmp_path_factory.mktemp("ui-sizes") / "service.log"
     with service_process(
-        kafka_broker.bootstrap_servers, log, _env(settings), partitions=PARTITIONS
+        tansu_broker.bootstrap_servers, log, _env(settings), partitions=PARTITIONS
     ) as child:
         with PurgatoryClient(child.url, token=TOKEN) as client:
             client.register(
