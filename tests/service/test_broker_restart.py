@@ -40,6 +40,7 @@ from tests.service.test_sigkill import (
     Load,
     _pause,
     _scopes,
+    read_copies,
 )
 
 pytestmark = pytest.mark.kafka
@@ -138,24 +139,15 @@ def test_broker_sigkilled_under_load_and_restarted_loses_nothing(
         service.close()
         producer.close(timeout=5)
 
-    final = CallbackReader(broker, settings.topic_callbacks)
-    try:
-        final.read_to_end(timeout_s=20)
-    finally:
-        final.close()
-    by_op: dict[tuple[str, str], set[bytes]] = {}
-    ids: dict[str, set[tuple[str, str]]] = {}
-    for cb in final.records:
-        by_op.setdefault(cb.ident, set()).add(cb.raw)
-        ids.setdefault(cb.doc["id"], set()).add(cb.ident)
-    conflicting = {ident: raws for ident, raws in by_op.items() if len(raws) > 1}
+    copies = read_copies(broker, settings.topic_callbacks)
+    by_op, ids, conflicting = copies.by_op, copies.ids, copies.conflicting
     print(
         f"\nbroker-restart: {sum(load.attempts.values())} registrations tried,"
         f" {len(load.acked)} acknowledged ({acked_before} before the kill),"
         f" {load.http_failures} HTTP not acknowledged; broker down"
         f" {back_at - killed_at:.1f} s, service ready {ready_after_s:.1f} s after its return;"
-        f" {len(final.records)} callback records for {len(by_op)} operations,"
-        f" {len(final.records) - len(by_op)} exact duplicates, {len(conflicting)} conflicting,"
+        f" {copies.records} callback records for {len(by_op)} operations,"
+        f" {copies.records - len(by_op)} exact duplicates, {len(conflicting)} conflicting,"
         f" {len(set(load.acked) - set(by_op))} lost"
     )
     assert not conflicting, list(conflicting.items())[:3]

@@ -476,6 +476,35 @@ class CallbackReader:
         self._consumer.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """Every callback on a topic, by operation: the distinct record values and the ids."""
+
+    records: int
+    by_op: dict[tuple[str, str], set[bytes]]
+    ids: dict[str, set[tuple[str, str]]]
+
+    @property
+    def conflicting(self) -> dict[tuple[str, str], set[bytes]]:
+        """The operations with two different callbacks."""
+        return {ident: raws for ident, raws in self.by_op.items() if len(raws) > 1}
+
+
+def read_copies(broker: Broker, topic: str) -> Copies:
+    """Read ``topic`` from its start to its real end (its writers are gone)."""
+    final = CallbackReader(broker, topic)
+    try:
+        final.read_to_end(timeout_s=20)
+    finally:
+        final.close()
+    by_op: dict[tuple[str, str], set[bytes]] = {}
+    ids: dict[str, set[tuple[str, str]]] = {}
+    for cb in final.records:
+        by_op.setdefault(cb.ident, set()).add(cb.raw)
+        ids.setdefault(cb.doc["id"], set()).add(cb.ident)
+    return Copies(len(final.records), by_op, ids)
+
+
 def _wait_for_snapshots(broker: Broker, topic: str, since_ms: int, timeout_s: float) -> None:
     """Until every partition has a snapshot manifest written since ``since_ms``."""
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)

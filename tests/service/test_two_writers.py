@@ -41,6 +41,7 @@ from tests.service.test_sigkill import (
     Load,
     _pause,
     _scopes,
+    read_copies,
 )
 
 pytestmark = pytest.mark.kafka
@@ -141,24 +142,15 @@ def test_two_replicas_on_the_same_partitions_never_release_conflicting_outcomes(
         second.close()
         producer.close(timeout=5)
 
-    final = CallbackReader(kafka_broker, settings.topic_callbacks)
-    try:
-        final.read_to_end(timeout_s=20)
-    finally:
-        final.close()
-    by_op: dict[tuple[str, str], set[bytes]] = {}
-    ids: dict[str, set[tuple[str, str]]] = {}
-    for cb in final.records:
-        by_op.setdefault(cb.ident, set()).add(cb.raw)
-        ids.setdefault(cb.doc["id"], set()).add(cb.ident)
-    conflicting = {ident: raws for ident, raws in by_op.items() if len(raws) > 1}
+    copies = read_copies(kafka_broker, settings.topic_callbacks)
+    by_op, ids, conflicting = copies.by_op, copies.ids, copies.conflicting
     fences = {
         "first": _fences_logged(tmp_path / "first"),
         "second": _fences_logged(tmp_path / "second"),
     }
     print(
         f"\ntwo-writers: {sum(load.attempts.values())} registrations tried, {len(load.acked)}"
-        f" acknowledged, {load.http_failures} HTTP not acknowledged; {len(final.records)}"
+        f" acknowledged, {load.http_failures} HTTP not acknowledged; {copies.records}"
         f" callback records for {len(by_op)} operations, {len(conflicting)} conflicting;"
         f" fences logged: first {len(fences['first'])}, second {len(fences['second'])}"
     )
