@@ -49,15 +49,18 @@ from purgatory._codec._records import (
     SignalRecord,
     WatermarkRecord,
 )
+from purgatory._codec._retry import APPLIED_HEADER, RETRY_HEADER, is_retry
 from purgatory._codec._schemas import SCHEMA_NAMES, schema
 
 __all__ = [
+    "APPLIED_HEADER",
     "DEAD_LETTER_KEY_BYTES",
     "DEFAULT_LIMITS",
     "DEFAULT_MAX_DEAD_LETTER_KEY_BYTES",
     "DEFAULT_MAX_DEAD_LETTER_VALUE_BYTES",
     "DEFAULT_MAX_RECORD_BYTES",
     "FORMAT_VERSION",
+    "RETRY_HEADER",
     "SCHEMA_NAMES",
     "CancelRequest",
     "Limits",
@@ -78,6 +81,7 @@ __all__ = [
     "encode_dead_letter",
     "encode_request",
     "encode_signal",
+    "is_retry",
     "message_key",
     "outcome_id",
     "schema",

@@ -300,8 +300,14 @@ class Engine:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def register(self, spec: OperationSpec, *, now_ms: int) -> Registration:
+    def register(self, spec: OperationSpec, *, now_ms: int, retry: bool = False) -> Registration:
         """Register an operation (idempotent for the same spec; timers re-arm).
+
+        ``retry`` says the request may have been applied already (its sender tries again after
+        an answer it could not trust: a 503, a lost connection). A timer sent again with a
+        relative timeout then has a later deadline than the first try; as a retry it is a
+        ``duplicate`` of what it finds (pending, or finished and remembered) instead of moving
+        the timer or, once fired, starting a second round.
 
         Raises:
             ConflictError: the id is pending or finished with a different spec.
@@ -312,7 +318,7 @@ class Engine:
         if not isinstance(spec, OperationSpec):
             raise UsageError(f"spec must be an OperationSpec, got {type(spec).__name__}")
         if self._journal is not None:
-            self._journal(RegisterEntry(check_ms("now_ms", now_ms), spec))
+            self._journal(RegisterEntry(check_ms("now_ms", now_ms), spec, retry=retry))
         now = self._tick(now_ms)
         ident = (spec.scope, spec.op_id)
         current = self._ops.get(ident)
@@ -320,12 +326,16 @@ class Engine:
             if _same_request(current.spec, spec):
                 return Registration(RegistrationStatus.DUPLICATE)
             if spec.is_timer and current.spec.is_timer and _same_but_deadline(current.spec, spec):
+                if retry and _same_retried_timer(current.spec, spec):
+                    return Registration(RegistrationStatus.DUPLICATE)
                 self._rearm(current, spec)
                 return Registration(RegistrationStatus.REARMED)
             raise ConflictError(
                 f"op_id {spec.op_id!r} is pending in scope {spec.scope!r} with another body"
             )
         done = self.finished.get(ident, now_ms=now)
+        if done is not None and retry and _same_retried_timer(done.spec, spec):
+            return Registration(RegistrationStatus.DUPLICATE, done.outcome)
         if done is not None and not (spec.is_timer and done.spec.deadline_ms != spec.deadline_ms):
             if _same_request(done.spec, spec):
                 return Registration(RegistrationStatus.DUPLICATE, done.outcome)
@@ -944,6 +954,18 @@ def _same_request(current: OperationSpec, sent: OperationSpec) -> bool:
         and sent.timeout_ms is not None
         and current.timeout_ms == sent.timeout_ms
         and replace(current, deadline_ms=sent.deadline_ms) == sent
+    )
+
+
+def _same_retried_timer(current: OperationSpec, sent: OperationSpec) -> bool:
+    """Whether ``sent``, a retry, is the timer ``current`` sent again with its relative timeout
+    (whose deadline moved only because the retry arrived later)."""
+    return (
+        current.is_timer
+        and sent.is_timer
+        and sent.timeout_ms is not None
+        and current.timeout_ms == sent.timeout_ms
+        and _same_but_deadline(current, sent)
     )
 
 

@@ -25,10 +25,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class RegisterEntry:
-    """:meth:`Engine.register` was called with ``spec`` at ``now_ms``."""
+    """:meth:`Engine.register` was called with ``spec`` at ``now_ms`` (``retry``: as a retry)."""
 
     now_ms: int
     spec: OperationSpec
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,12 +52,21 @@ from purgatory._core._snapshot import _spec, _spec_row
 
 __all__ = ["JournalRecorder", "decode_entry", "encode_entry", "replay_journal"]
 
-_ARITY = {"register": 3, "signal": 6, "watermark": 3, "cancel": 4, "advance": 2, "resume": 2}
+_ARITY = {
+    "register": (3, 4),
+    "signal": (6,),
+    "watermark": (3,),
+    "cancel": (4,),
+    "advance": (2,),
+    "resume": (2,),
+}
 
 
 def encode_entry(entry: JournalEntry) -> list[Any]:
     """The JSON-able form of one input the engine reported to its journal."""
     if isinstance(entry, RegisterEntry):
+        if entry.retry:  # a fourth element, only then: older journals read the same
+            return ["register", entry.now_ms, _spec_row(entry.spec), True]
         return ["register", entry.now_ms, _spec_row(entry.spec)]
     if isinstance(entry, SignalEntry):
         e = entry
@@ -79,10 +88,12 @@ def decode_entry(row: list[Any]) -> JournalEntry:
     """
     try:
         kind = row[0]
-        if _ARITY.get(kind) != len(row):
+        if len(row) not in _ARITY.get(kind, ()):
             raise ValueError(f"unknown entry or wrong length: {kind!r}")
         if kind == "register":
-            return RegisterEntry(row[1], _spec(row[2]))
+            if len(row) == 4 and row[3] is not True:
+                raise ValueError(f"register: retry must be true when present: {row[3]!r}")
+            return RegisterEntry(row[1], _spec(row[2]), retry=len(row) == 4)
         if kind == "signal":
             return SignalEntry(row[1], row[2], row[3], row[4], row[5])
         if kind == "watermark":
@@ -142,7 +153,7 @@ def replay_journal(engine: Engine, entries: Iterable[list[Any] | JournalEntry]) 
 
 def _apply(engine: Engine, entry: JournalEntry) -> list[Outcome]:
     if isinstance(entry, RegisterEntry):
-        registration = engine.register(entry.spec, now_ms=entry.now_ms)
+        registration = engine.register(entry.spec, now_ms=entry.now_ms, retry=entry.retry)
         decided = registration.status is RegistrationStatus.COMPLETED
         return [registration.outcome] if decided and registration.outcome is not None else []
     if isinstance(entry, SignalEntry):

@@ -11,7 +11,9 @@ the broker did not acknowledge the write's journal entry within the service's
 has passed since the first try; then the 503 is raised (:class:`ApiError`, with the service's
 message). Every write is idempotent (a retried registration is a duplicate, a retried signal
 only refreshes what is remembered), so a retry is safe, even of a write the service had applied
-before it answered 503; a retried cancel of an operation the first try cancelled answers 409.
+before it answered 503: after a 503 that says ``Purgatory-Applied: maybe``, every later try is
+marked ``Purgatory-Retry: 1``, so a timer sent with a relative ``timeout_ms`` is not armed a
+second time and a retried cancel finds its own outcome (:mod:`purgatory._codec._retry`).
 Keep ``timeout_s`` well above the service's journal wait, or a slow broker exhausts it in one
 try.
 """
@@ -25,6 +27,7 @@ from typing import Any
 import httpx
 import trio
 
+from purgatory._codec import APPLIED_HEADER, RETRY_HEADER
 from purgatory._core import TransportError
 from purgatory.client._requests import (
     Call,
@@ -95,6 +98,7 @@ class PurgatoryClient:
 
     def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
         give_up = self._clock() + self._timeout_s
+        marked: dict[str, str] = {}  # set once a try may have been applied
         while True:
             try:
                 response = self._http.request(
@@ -102,6 +106,7 @@ class PurgatoryClient:
                     call.path,
                     params=call.params or None,
                     json=call.json,
+                    headers=marked,
                     timeout=self._timeout_s + extra_s,
                 )
             except httpx.HTTPError as exc:
@@ -110,6 +115,8 @@ class PurgatoryClient:
             pause = retry_after_s(response.status_code, response.headers, left)
             if pause is None:
                 return answer(response.status_code, response.content)
+            if response.headers.get(APPLIED_HEADER):
+                marked = {RETRY_HEADER: "1"}
             self._sleep(pause)
 
     def register(self, **spec: Any) -> Any:
@@ -186,6 +193,7 @@ class AsyncPurgatoryClient:
 
     async def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
         give_up = trio.current_time() + self._timeout_s
+        marked: dict[str, str] = {}  # set once a try may have been applied
         while True:
             try:
                 response = await self._http.request(
@@ -193,6 +201,7 @@ class AsyncPurgatoryClient:
                     call.path,
                     params=call.params or None,
                     json=call.json,
+                    headers=marked,
                     timeout=self._timeout_s + extra_s,
                 )
             except httpx.HTTPError as exc:
@@ -201,6 +210,8 @@ class AsyncPurgatoryClient:
             pause = retry_after_s(response.status_code, response.headers, left)
             if pause is None:
                 return answer(response.status_code, response.content)
+            if response.headers.get(APPLIED_HEADER):
+                marked = {RETRY_HEADER: "1"}
             await trio.sleep(pause)
 
     async def register(self, **spec: Any) -> Any:

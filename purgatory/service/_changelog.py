@@ -319,7 +319,7 @@ class Changelog:
                 raise batch.error
         for partition, count in fences.items():
             if self._fences.get(partition, 0) != count:
-                raise NotServingError(partition, restoring=True)
+                raise NotServingError(partition, restoring=True, maybe_applied=True)
 
     async def wait_for_room(self) -> None:
         """Wait while more than ``capacity`` entries are recorded and not acknowledged

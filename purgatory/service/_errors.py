@@ -24,10 +24,15 @@ class UnavailableError(UsageError):
     Attributes:
         field: what the answer names as its field (None: nothing in the request).
         retry_after_s: the pause the answer suggests before a retry, in whole seconds.
+        maybe_applied: the write may have been applied before this was raised (the answer
+            then carries ``Purgatory-Applied: maybe``, and a client marks its retry with
+            ``Purgatory-Retry: 1``, so that a timer sent with a relative timeout is not armed
+            twice); False: it was refused before anything changed.
     """
 
     field: str | None = None
     retry_after_s: int = 1
+    maybe_applied: bool = False
 
 
 class NotServingError(UnavailableError):
@@ -38,6 +43,8 @@ class NotServingError(UnavailableError):
         restoring: True while this replica restores it (it will serve it soon).
         stopped: why this replica takes no input at all (None: it does); see
             :mod:`purgatory.service._layout`.
+        maybe_applied: raised after the write was applied (its partition was fenced while
+            it waited for the journal: its entry may be in the log or withdrawn).
 
     Attributes:
         partition: the scope's partition.
@@ -46,13 +53,21 @@ class NotServingError(UnavailableError):
 
     field = "scope"
 
-    def __init__(self, partition: int, *, restoring: bool, stopped: str | None = None) -> None:
+    def __init__(
+        self,
+        partition: int,
+        *,
+        restoring: bool,
+        stopped: str | None = None,
+        maybe_applied: bool = False,
+    ) -> None:
         what = "is being restored" if restoring else "is not served by this replica"
         if stopped is not None:
             what = f"takes no input: {stopped}"
         super().__init__(f"partition {partition} {what}; retry later")
         self.partition = partition
         self.restoring = restoring
+        self.maybe_applied = maybe_applied
 
 
 class JournalStalledError(UnavailableError):
@@ -69,6 +84,8 @@ class JournalStalledError(UnavailableError):
     Attributes:
         wait_ms: how long the write waited.
     """
+
+    maybe_applied = True
 
     def __init__(self, wait_ms: int) -> None:
         super().__init__(

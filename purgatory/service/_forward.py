@@ -23,8 +23,8 @@ __all__ = ["FORWARDED_BY", "Forwarded", "Forwarder", "new_forwarder"]
 _log = get_logger()
 
 FORWARDED_BY = "x-purgatory-forwarded-by"
-_PASSED_HEADERS = ("authorization", "content-type")
-_ANSWER_HEADERS = ("content-type", "retry-after", "allow", "www-authenticate")
+_PASSED_HEADERS = ("authorization", "content-type", "purgatory-retry")
+_ANSWER_HEADERS = ("content-type", "retry-after", "allow", "www-authenticate", "purgatory-applied")
 
 
 class Forwarded:

@@ -44,6 +44,7 @@ from starlette.routing import Route, request_response
 from starlette.types import Receive, Scope, Send
 
 from purgatory._codec import (
+    APPLIED_HEADER,
     RecordError,
 )
 from purgatory._core import (
@@ -125,11 +126,15 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
             answered = await _forward(ctx, request, url, raw, extra_s=_wait_s(request))
             response = _passed_on(answered)
         else:
-            response = _error(503, str(exc), exc.field, {"Retry-After": str(exc.retry_after_s)})
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            if exc.maybe_applied:
+                headers[APPLIED_HEADER] = "maybe"
+            response = _error(503, str(exc), exc.field, headers)
     except _ForwardFailedError as exc:
         response = _passed_on(exc.answer)
     except TransportError as exc:  # the journal failed: the write is not durable
-        response = _error(503, f"not durable: {exc}", None, {"Retry-After": "1"})
+        headers = {"Retry-After": "1", APPLIED_HEADER: "maybe"}
+        response = _error(503, f"not durable: {exc}", None, headers)
     except UsageError as exc:
         response = _error(422, str(exc), None)
     elapsed_s = trio.current_time() - start

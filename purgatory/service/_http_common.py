@@ -16,12 +16,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from purgatory._codec import (
+    RETRY_HEADER,
     Limits,
     RecordError,
     RegisterRequest,
     SignalRecord,
     WatermarkRecord,
     encode_callback,
+    is_retry,
 )
 from purgatory._codec._json import parse_json
 from purgatory._core import (
@@ -256,9 +258,12 @@ def _client(request: Request) -> str:
     return client
 
 
-def _register(ctx: _Context, req: RegisterRequest, client: str) -> tuple[int, dict[str, Any]]:
-    """Apply one registration for ``client``; its status code and answer."""
-    reg = ctx.state.register(req, client=client)
+def _register(
+    ctx: _Context, req: RegisterRequest, client: str, *, retry: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """Apply one registration for ``client`` (``retry``: see :mod:`purgatory._codec._retry`);
+    its status code and answer."""
+    reg = ctx.state.register(req, client=client, retry=retry)
     status = 201 if reg.status.value in ("pending", "completed") else 200
     return status, _registration_json(req, reg)
 
@@ -266,6 +271,11 @@ def _register(ctx: _Context, req: RegisterRequest, client: str) -> tuple[int, di
 def _signal(ctx: _Context, record: SignalRecord, client: str) -> int:
     """Apply one signal for ``client``; how many operations it completed."""
     return ctx.state.signal(record, client=client)
+
+
+def _retry(request: Request) -> bool:
+    """Whether the request is marked as a retry of a write that may have been applied."""
+    return is_retry(request.headers.get(RETRY_HEADER))
 
 
 def _query(request: Request) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from purgatory._codec import (
 from purgatory._core import (
     ConflictError,
     LimitError,
+    OutcomeKind,
     SizeLimitError,
     UsageError,
 )
@@ -46,6 +47,7 @@ from purgatory.service._http_common import (
     _query,
     _query_int,
     _register,
+    _retry,
     _signal,
     _split,
 )
@@ -79,7 +81,7 @@ async def create_operation(request: Request) -> Response:
         raise
     assert isinstance(req, RegisterRequest)
     try:
-        status, answer = _register(ctx, req, _client(request))
+        status, answer = _register(ctx, req, _client(request), retry=_retry(request))
     except RecordError:  # a policy of this replica's, e.g. a reply_to not allowed
         ctx.config.count_registration("invalid")
         raise
@@ -99,7 +101,7 @@ async def create_operations(request: Request) -> Response:
         if exc.status in (400, 422):
             ctx.config.count_registration("invalid")
         raise
-    client = _client(request)
+    client, retry = _client(request), _retry(request)
     local, remote = _split(ctx, request, [req.scope for req in decoded])
     results: list[dict[str, Any]] = [{} for _ in decoded]
     raw_items = payload["operations"]
@@ -122,7 +124,7 @@ async def create_operations(request: Request) -> Response:
     for index in local:
         req = decoded[index]
         try:
-            status, answer = _register(ctx, req, client)
+            status, answer = _register(ctx, req, client, retry=retry)
         except ConflictError as exc:
             status, answer = 409, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
         except SizeLimitError as exc:
@@ -234,7 +236,11 @@ async def cancel_operation(request: Request) -> Response:
         found = ctx.state.lookup(scope, op_id)
         if found is None:
             raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
-        raise HttpError(409, "the operation has already finished", "op_id")
+        earlier = found[1]
+        if _retry(request) and earlier is not None and earlier.outcome is OutcomeKind.CANCELLED:
+            outcome = earlier  # the first try cancelled it (see purgatory._codec._retry)
+        else:
+            raise HttpError(409, "the operation has already finished", "op_id")
     return JSONResponse({"status": "cancelled", "outcome": _outcome_json(outcome)})
 
 

@@ -104,8 +104,12 @@ _UNAVAILABLE = _error_answer(
     "The scope's partition is being restored (or is not served by this replica), or the"
     " journal could not make the write durable: the broker did not acknowledge it within"
     " PURGATORY_JOURNAL_WAIT_MS (the write stays applied and becomes durable once acknowledged;"
-    " a retried registration is a duplicate); retry after Retry-After.",
+    " a retried registration is a duplicate); retry after Retry-After. When the write may"
+    " have been applied, the answer says `Purgatory-Applied: maybe`: send every later try with"
+    " `Purgatory-Retry: 1`, so that a timer sent with a relative timeout_ms is not armed twice"
+    " and a retried cancel finds its own outcome.",
     "Retry-After",
+    "Purgatory-Applied",
 )
 #: Any path not in the table, and any method a path does not serve.
 NOT_FOUND_PATH = _error_answer(404, "No such path.")

@@ -409,6 +409,13 @@ def build_openapi() -> dict[str, Any]:
                     "required": True,
                     "schema": _STRING,
                 },
+                "Purgatory-Applied": {
+                    "description": "On a 503: `maybe` when the write may have been applied"
+                    " before the service gave up waiting for its journal; mark every later try"
+                    " with the request header `Purgatory-Retry: 1`.",
+                    "required": False,
+                    "schema": {"type": "string", "enum": ["maybe"]},
+                },
                 "Retry-After": {
                     "description": "Seconds to wait before trying again.",
                     "required": True,

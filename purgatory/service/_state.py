@@ -331,13 +331,17 @@ class ServiceState:
             return self.watermark(item)
         return self.cancel(item)
 
-    def register(self, request: RegisterRequest, *, client: str | None = None) -> Registration:
+    def register(
+        self, request: RegisterRequest, *, client: str | None = None, retry: bool = False
+    ) -> Registration:
         """Register an operation (idempotent; a timer re-arms).
 
         Args:
             request: the registration.
             client: who registers it (None: ``anonymous``); it holds the operation, against
                 its quotas, until the outcome is decided.
+            retry: the request is a retry of one that may have been applied (see
+                :mod:`purgatory._codec._retry`): a timer it finds is not armed again.
 
         Raises:
             ConflictError: the id is taken by another body.
@@ -355,7 +359,7 @@ class ServiceState:
             self._check_deadline(spec, now)
             who = ANONYMOUS_CLIENT if client is None else client
             size = self.admission.check_registration(engine, spec, who)
-            registration = engine.register(spec, now_ms=now)
+            registration = engine.register(spec, now_ms=now, retry=retry)
         except ConflictError:
             self._count_registration("conflict")
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any
 
 import pytest
@@ -125,6 +126,34 @@ def test_event_time_deadline_follows_the_watermark_and_replays_identically() -> 
         return [(o.op_id, o.outcome.value, o.deadline_ms) for o in out]
 
     assert replay() == replay() == [("nightly", "expired", 1_000)]
+
+
+def test_a_retried_timer_is_a_duplicate_of_what_it_finds_pending_or_fired() -> None:
+    engine = Engine()
+
+    def sent(now_ms: int) -> OperationSpec:  # a relative timeout becomes a deadline at arrival
+        return OperationSpec(
+            op_id="t", scope="s", keys=(), deadline_ms=now_ms + 500, timeout_ms=500
+        )
+
+    assert engine.register(sent(0), now_ms=0).status is RegistrationStatus.PENDING
+    retried = engine.register(sent(200), now_ms=200, retry=True)
+    assert retried.status is RegistrationStatus.DUPLICATE  # not moved to 700
+    [out] = run_due(engine, 500)
+    assert out.deadline_ms == 500
+    late = engine.register(sent(900), now_ms=900, retry=True)
+    assert late.status is RegistrationStatus.DUPLICATE and late.outcome == out  # no 2nd round
+    assert run_due(engine, 5_000) == []
+    # Unmarked, the same request is how an inactivity timer is pushed back: a new round.
+    assert engine.register(sent(1_000), now_ms=1_000).status is RegistrationStatus.PENDING
+    # A retry with another timeout is another request: it moves the timer as usual.
+    other = OperationSpec(op_id="t", scope="s", keys=(), deadline_ms=1_900, timeout_ms=800)
+    assert engine.register(other, now_ms=1_100, retry=True).status is RegistrationStatus.REARMED
+    # A barrier's retry is what it always was: a duplicate of the same request.
+    barrier = OperationSpec(op_id="b", scope="s", keys=("k",), deadline_ms=3_000, timeout_ms=900)
+    assert engine.register(barrier, now_ms=2_100).status is RegistrationStatus.PENDING
+    later = dataclasses.replace(barrier, deadline_ms=3_100)
+    assert engine.register(later, now_ms=2_200, retry=True).status is RegistrationStatus.DUPLICATE
 
 
 def test_timer_fires_rearms_and_deduplicates() -> None:

@@ -52,6 +52,8 @@ _SPECS = st.tuples(
     st.integers(0, 500),
     st.sampled_from(["all", "any"]),
     st.sampled_from(list(TimeDomain)),
+    st.booleans(),  # sent with a relative timeout_ms
+    st.booleans(),  # sent as a retry (purgatory._codec._retry)
 )
 _ACTION = st.one_of(
     st.tuples(st.just("register"), _SPECS),
@@ -90,13 +92,14 @@ class Original:
         kind, arg = action
         engine = self.engine
         if kind == "register":
-            op_id, scope, keys, delay, cond, domain = arg
+            op_id, scope, keys, delay, cond, domain, relative, retry = arg
             spec = OperationSpec(
                 op_id=op_id, scope=scope, keys=keys, deadline_ms=self.now + delay,
                 condition=Condition(cond) if keys else Condition.ALL, time_domain=domain,
+                timeout_ms=delay if relative else None,
             )  # fmt: skip
             with contextlib.suppress(ConflictError, LimitError):
-                registration = engine.register(spec, now_ms=self.now)
+                registration = engine.register(spec, now_ms=self.now, retry=retry)
                 self.accepted.append((len(self.journal.entries) - 1, spec, registration))
                 if registration.status is RegistrationStatus.COMPLETED:
                     assert registration.outcome is not None

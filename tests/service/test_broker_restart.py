@@ -5,11 +5,7 @@ this test is Kafka's alone. One ``purgatory serve`` child runs against it while 
 registrations and signals (the client retries a 503 or a refused connection within a long
 timeout) and Kafka registrations and signals go on. The broker is SIGKILLed, stays down a few
 seconds, and starts again on the same data dir and ports. Then the load stops, the remaining
-barriers are signalled, and every acknowledged operation's callback is awaited. Timers are
-registered over Kafka only: a client retrying a timer registration after a 503 re-arms it (a
-timer re-sent with its ``timeout_ms`` is pushed back), so one that fired before the retry runs
-again and gets a second outcome; that is the timer contract, not the journal's, and is left to
-an idempotency key of the client's.
+barriers are signalled, and every acknowledged operation's callback is awaited.
 
 What must hold, read from the callbacks topic from its start to its end: nothing acknowledged
 is lost; every copy of an operation's callback is byte-identical and ids map one-to-one to
@@ -81,11 +77,6 @@ def test_broker_sigkilled_under_load_and_restarted_loses_nothing(
                 with service.client(timeout_s=CLIENT_TIMEOUT_S) as client:
                     while not stop.is_set():
                         ops = load.ops("http", 1)
-                        if not ops[0].keys:
-                            # A timer re-sent after a 503 is re-armed (timer semantics), and
-                            # one that fired meanwhile starts again: a second outcome. Timers
-                            # come over Kafka here, whose records are never re-sent.
-                            continue
                         load.http_one(client, ops[0])
                         if rng.random() < 0.5:
                             load.http_signal(client, load.to_signal_now(ops))

@@ -89,3 +89,38 @@ async def test_the_trio_client_retries_in_virtual_time(
         }
     assert len(calls) == 4
     assert trio.current_time() - start == pytest.approx(3.0)  # three pauses of Retry-After: 1
+
+
+def _answers(statuses: list[dict[str, str] | None], marks: list[str | None]) -> httpx.MockTransport:
+    """503s with the given extra headers (None: the final 201), recording each try's mark."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        marks.append(request.headers.get("Purgatory-Retry"))
+        extra = statuses[len(marks) - 1]
+        if extra is None:
+            return httpx.Response(201, json={"status": "pending"})
+        return httpx.Response(503, json=RESTORING, headers={"Retry-After": "1", **extra})
+
+    return httpx.MockTransport(handle)
+
+
+def test_a_try_after_an_answer_that_may_have_applied_it_is_marked_as_a_retry() -> None:
+    maybe = {"Purgatory-Applied": "maybe"}
+    marks: list[str | None] = []
+    # restoring (refused before anything changed), then maybe applied, then restoring again
+    client, _time = _blocking(_answers([{}, maybe, {}, None], marks), timeout_s=30)
+    with client:
+        client.register(scope="s", op_id="t", timeout_ms=1_000)
+    # The first try and the one after a clean refusal are fresh; once a try may have been
+    # applied, every later one says so (the clean refusal after it does not undo that).
+    assert marks == [None, None, "1", "1"]
+
+
+async def test_the_trio_client_marks_its_retries_the_same_way(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    marks: list[str | None] = []
+    transport = _answers([{"Purgatory-Applied": "maybe"}, None], marks)
+    async with AsyncPurgatoryClient("http://api", timeout_s=10, transport=transport) as client:
+        await client.cancel("s", "o")
+    assert marks == [None, "1"]

@@ -11,7 +11,9 @@ production: HTTP (through ASGI), the Kafka intake, the reaper, the outbox. What 
   ``test_intake.py``);
 * once the broker acknowledges again, everything recorded is durable and delivered once, a
   retried registration is a duplicate, and a restart on the same broker knows it all;
-* the Python client retries the 503 within its timeout, and gives up with it after.
+* the Python client retries the 503 within its timeout, and gives up with it after; the 503
+  says ``Purgatory-Applied: maybe`` and the client marks its retries, so a timer sent with a
+  relative timeout that fired meanwhile is a duplicate, not a second round.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ WAIT_S = SETTINGS.journal_wait_ms / 1000
 REQUESTS, SIGNALS = SETTINGS.topic_requests, SETTINGS.topic_signals
 CALLBACKS, CHANGELOG = SETTINGS.topic_callbacks, SETTINGS.topic_changelog
 HOUR_MS = 3_600_000
+MARKED = {"Purgatory-Retry": "1"}  # what a client sends after a 503 that may have applied
 
 Json = dict[str, Any]
 
@@ -136,6 +139,7 @@ async def test_writes_answer_503_within_the_bound_and_become_durable_once_acknow
             response, latencies[name] = await _timed(request)
             assert response.status_code == 503, (name, response.text)
             assert response.headers["Retry-After"] == "1", name
+            assert response.headers["Purgatory-Applied"] == "maybe", name  # a retry is marked
             error = response.json()["error"]
             assert error["status"] == 503 and error["field"] is None, (name, error)
             assert error["message"].startswith("the journal is not acknowledging"), error
@@ -193,7 +197,13 @@ async def test_writes_answer_503_within_the_bound_and_become_durable_once_acknow
         )
         assert mark.json() == {"accepted": 1, "moved": 0}
         cancel = await http.delete("/v1/operation", params={"scope": "s1", "op_id": "C"})
-        assert cancel.status_code == 409, cancel.text
+        assert cancel.status_code == 409, cancel.text  # unmarked: the caller did not know
+        cancel = await http.delete(
+            "/v1/operation", params={"scope": "s1", "op_id": "C"}, headers=MARKED
+        )
+        assert cancel.status_code == 200, cancel.text  # a marked retry finds its own outcome
+        assert cancel.json()["status"] == "cancelled"
+        assert cancel.json()["outcome"]["op_id"] == "C"
         await trio.sleep(1)
         assert len(_callbacks(broker)) == 2  # no retry decided anything twice
 
@@ -259,3 +269,48 @@ async def test_the_client_gives_up_with_the_503_when_its_timeout_is_spent(
         assert info.value.status == 503 and info.value.field is None
         assert info.value.message.startswith("the journal is not acknowledging")
         broker.stall.set()
+
+
+async def test_a_retried_timer_that_fired_during_the_stall_is_a_duplicate_not_a_second_round(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = _broker()
+    async with _serving(broker) as (service, _http):
+        transport = httpx.ASGITransport(app=service.app)
+        broker.stall = trio.Event()
+        async with (
+            AsyncPurgatoryClient("http://api", timeout_s=60, transport=transport) as client,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def come_back() -> None:
+                await trio.sleep(20)  # the 2 s timer is due long before
+                broker.stall.set()
+
+            nursery.start_soon(come_back)
+            answer = await client.register(scope="s0", op_id="T", timeout_ms=2_000)
+        # The first try armed it; it expired during the stall and was delivered once the
+        # broker came back; the marked retry that got through found that outcome.
+        assert answer["status"] == "duplicate", answer
+        assert answer["outcome"]["outcome"] == "expired", answer
+        await trio.sleep(5)
+    timers = [cb for cb in _callbacks(broker) if cb["op_id"] == "T"]
+    assert len(timers) == 1, timers  # one round, one callback
+    marked = [e for e in _journaled(broker, "register") if e[2][0] == "T" and len(e) == 4]
+    assert marked, "the retries were journaled as retries"
+
+
+async def test_an_unmarked_timer_sent_again_after_it_fired_starts_a_new_round(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The counterpart: without the mark, a timer sent again is re-armed (an inactivity timer
+    # pushed back), and once fired, starts again. This is what the mark guards retries from.
+    broker = _broker()
+    async with _serving(broker) as (_service, http):
+        body = {"scope": "s0", "op_id": "T", "keys": [], "timeout_ms": 2_000}
+        assert (await http.post("/v1/operations", json=body)).status_code == 201
+        await trio.sleep(3)
+        again = await http.post("/v1/operations", json=body)
+        assert again.status_code == 201 and again.json()["status"] == "pending", again.text
+        await trio.sleep(3)
+    assert [cb["op_id"] for cb in _callbacks(broker)].count("T") == 2
