@@ -45,7 +45,8 @@ def tansu_broker() -> Iterator[EmbeddedBroker]:
     """
     from purgatory.service._broker import EmbeddedBroker  # noqa: PLC0415 - only when used
 
-    with EmbeddedBroker() as broker:
+    # die_with_parent: a test run killed outright (a CI timeout) leaves no broker behind.
+    with EmbeddedBroker(die_with_parent=True) as broker:
         yield broker
 
 
@@ -58,7 +59,7 @@ def apache_kafka() -> Iterator[KafkaBroker]:
     """
     from purgatory.service._kafka_broker import KafkaBroker  # noqa: PLC0415 - only when used
 
-    with KafkaBroker() as broker:
+    with KafkaBroker(die_with_parent=True) as broker:  # gone with a killed test run too
         yield broker
 
 
