@@ -84,11 +84,13 @@ check: $(STAMP) prometheus
 
 test: check
 
-## Benchmarks beside their baselines: the timer and the purgatory, then the service through
-## Kafka beside a bare pipe and a bare hop on the same broker (FULL sizes: several minutes on
-## 2 cores); writes docs/bench-results.json, the plot and docs/bench-service.json.
-bench: $(STAMP)
-	$(BIN)/python -m tests.benchmarks.run --service
+## Benchmarks beside their baselines: the timer and the purgatory, then the service on both
+## brokers, Apache Kafka first, then the embedded Tansu, each alone and beside a bare pipe and a
+## bare hop on that same broker (FULL sizes: several minutes per broker on 2 cores); writes
+## docs/bench-results.json, the plot and docs/bench-service.json (both brokers). BROKER=kafka
+## or BROKER=tansu measures the service on that broker only; Kafka's jars: the kafka target.
+bench: $(STAMP) $(if $(filter tansu,$(BROKER)),,$(KAFKA_STAMP))
+	$(BIN)/python -m tests.benchmarks.run --service $(if $(BROKER),--broker $(BROKER))
 
 ## Journal, snapshot and restore of 100k and 1M pending operations through the real broker
 ## (about 4 minutes); writes docs/bench-restore.json.

@@ -1,12 +1,24 @@
-"""The service end to end over loopback: Kafka signals, latency, memory, HTTP (harness).
+"""The service end to end over loopback, on Apache Kafka and on Tansu: signals, latency,
+memory, HTTP (harness).
 
-``python -m tests.benchmarks.bench_service [--quick] [--out DIR]`` starts one embedded broker
-(Tansu) in this process and, for each measurement, the service as a separate process
-(``python -m purgatory.service._cli serve`` configured by ``PURGATORY_*`` variables: that
-broker, topics of its own, static partitions, ``PURGATORY_LOG_LEVEL=warning``), so the load
-generator (kafka-python producer and consumer, httpx) never shares the service's interpreter.
-On a 2-core machine the broker, the service and the load generator still share the two cores;
-the CPU seconds each of them used are reported beside the figures.
+``python -m tests.benchmarks.bench_service [--quick] [--broker kafka|tansu|both] [--out DIR]``
+measures everything below on each broker in turn, Apache Kafka first, then Tansu:
+
+- **Apache Kafka** (:class:`~purgatory.service._kafka_broker.KafkaBroker`): the broker users
+  run, one KRaft node in a JVM (heap 512 MiB) with its log in a temporary data dir; it needs
+  Java 17 and the jars ``make kafka`` resolves.
+- **Tansu** (:class:`~purgatory.service._broker.EmbeddedBroker`): the embedded broker of
+  ``purgatory dev``, in memory.
+
+Each broker runs alone: it is started for its half and stopped before the next one starts, so
+the two never share the CPUs. Every measurement and every baseline runs on each broker, and each
+broker's ratios are to its own baselines; ``--broker`` runs one of them only (default ``both``).
+For each measurement the service runs as a separate process (``python -m purgatory.service._cli
+serve`` configured by ``PURGATORY_*`` variables: that broker, topics of its own, static
+partitions, ``PURGATORY_LOG_LEVEL=warning``), so the load generator (kafka-python producer and
+consumer, httpx) never shares the service's interpreter. On a 2-core machine the broker, the
+service and the load generator still share the two cores; the CPU seconds each of them used
+(the broker's: its process, the JVM for Kafka) are reported beside the figures.
 
 1. **Signals per second through Kafka**: ``N`` operations are registered over HTTP
    (``/v1/operations:batch``), each waiting for one distinct key with a long timeout; then ``N``
@@ -44,9 +56,11 @@ Every run checks what it measured: each signal produced exactly one ``completed`
 its own operation (in the pipe too), each hop record arrived exactly once, every registration
 was answered 201. DESIGN.md's service targets are ratios to the baselines of the same run:
 service signals/s >= 0.5x the pipe's, service p99 at 1 k/s <= 3x the hop's; and the journal's
-cost: signals/s with the journal >= 0.8x without it. The report is a markdown table with the
-machine, the command and those ratios, and ``DIR/bench-service.json`` (``DIR`` defaults to
-``docs``).
+cost: signals/s with the journal >= 0.8x without it. The report is markdown: the machine and the
+command, a table setting the brokers' figures and ratios side by side, then one section per
+broker (its measurements, the targets against its own baselines, the cost of durability); and
+``DIR/bench-service.json`` holds both brokers' results (``brokers.kafka``, ``brokers.tansu``;
+``DIR`` defaults to ``docs``).
 """
 
 from __future__ import annotations
@@ -59,9 +73,10 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -73,14 +88,19 @@ import httpx
 from purgatory._codec import SignalInput, SignalRecord, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
 from purgatory.service._app import topics_of
-from purgatory.service._broker import EmbeddedBroker
+from purgatory.service._broker import Broker
 from purgatory.service._child import service_process
+from purgatory.service._dev_broker import open_dev_broker
 from purgatory.service._settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
 __all__ = [
+    "BROKERS",
+    "BROKER_CHOICES",
+    "BROKER_TITLES",
     "FULL",
     "QUICK",
+    "BrokerReport",
     "CallbackReader",
     "DurabilityCost",
     "HopResult",
@@ -103,6 +123,7 @@ __all__ = [
     "bench_pipe",
     "bench_rss",
     "bench_throughput",
+    "brokers_of",
     "child_pids",
     "compute_durability",
     "compute_ratios",
@@ -111,6 +132,7 @@ __all__ = [
     "parse_journal_counters",
     "pipe_output",
     "render",
+    "run_broker_benchmarks",
     "run_service_benchmarks",
     "scrape_journal",
 ]
@@ -121,6 +143,17 @@ TARGET_HOP_P99_RATIO = 3.0  # service p99 over the tuned hop's p99, at the same 
 TARGET_RSS_BYTES = 1 << 30
 #: The cost of durability: signals/s with the journal over the same service without it, at least.
 TARGET_JOURNAL_RATIO = 0.8
+
+#: The brokers measured, in the order they run: Apache Kafka (the broker users run, and the
+#: reference), then the embedded Tansu. The names are ``purgatory dev --broker``'s.
+BROKERS = ("kafka", "tansu")
+#: ``--broker``'s choices: one broker, or both in the order of :data:`BROKERS`.
+BROKER_CHOICES = (*BROKERS, "both")
+BROKER_TITLES = {"kafka": "Apache Kafka", "tansu": "Tansu"}
+_BROKER_DETAILS = {
+    "kafka": "one KRaft node in a JVM, heap 512 MiB, its log on local disk",
+    "tansu": "embedded, in memory",
+}
 
 _LONG_TIMEOUT_MS = 3_600_000  # registered operations never expire during a run
 _WARMUP_OPS = 200
@@ -288,7 +321,7 @@ class ServiceProcess:
     """
 
     def __init__(
-        self, broker: EmbeddedBroker, *, partitions: int, log_dir: Path, journal: bool = True
+        self, broker: Broker, *, partitions: int, log_dir: Path, journal: bool = True
     ) -> None:
         prefix = f"b{uuid.uuid4().hex[:10]}"
         self.broker = broker
@@ -841,7 +874,9 @@ def _scope_key(index: int, scopes: int) -> tuple[bytes, str, str]:
     return scope.encode(), scope, f"k{index}"
 
 
-def _broker_cpu(broker: EmbeddedBroker) -> float:
+def _broker_cpu(broker: Broker) -> float:
+    """CPU seconds the broker has used so far: Tansu's process, or Kafka's JVM (its pid
+    whether or not it was started tied to this process: the launcher execs ``java``)."""
     pid = broker.pid
     return 0.0 if pid is None else process_cpu_s(pid)
 
@@ -936,7 +971,7 @@ class ThroughputResult:
 
 
 def _timed_burst(
-    broker: EmbeddedBroker,
+    broker: Broker,
     topic: str,
     records: list[tuple[bytes, bytes]],
     reader: CallbackReader,
@@ -980,7 +1015,7 @@ def _timed_burst(
 
 
 def bench_throughput(
-    broker: EmbeddedBroker,
+    broker: Broker,
     signals: int,
     *,
     register_batch: int = 10_000,
@@ -1069,7 +1104,7 @@ class PipeResult:
 
 
 def bench_pipe(
-    broker: EmbeddedBroker,
+    broker: Broker,
     signals: int,
     *,
     partitions: int = 2,
@@ -1190,7 +1225,7 @@ class LatencyResult:
 
 
 def bench_latency(
-    broker: EmbeddedBroker,
+    broker: Broker,
     rate_per_s: int,
     duration_s: float,
     *,
@@ -1286,7 +1321,7 @@ class HopResult:
 
 
 def bench_kafka_hop(
-    broker: EmbeddedBroker,
+    broker: Broker,
     rate_per_s: int,
     duration_s: float,
     *,
@@ -1356,7 +1391,7 @@ class RssResult:
 
 
 def bench_rss(
-    broker: EmbeddedBroker,
+    broker: Broker,
     pending: int,
     *,
     batch: int = 10_000,
@@ -1399,7 +1434,7 @@ class HttpResult:
 
 
 def bench_http(
-    broker: EmbeddedBroker,
+    broker: Broker,
     single: int,
     batched_ops: int,
     *,
@@ -1514,12 +1549,12 @@ class DurabilityCost:
 
 
 @dataclass(frozen=True, slots=True)
-class ServiceReport:
-    """Everything one run produced (``throughput`` and ``latency`` with the journal, the
-    service's default; ``*_no_journal`` the same runs without it)."""
+class BrokerReport:
+    """Everything one run produced on one broker (``broker``: a name of :data:`BROKERS`;
+    ``throughput`` and ``latency`` with the journal, the service's default; ``*_no_journal``
+    the same runs without it). Its ratios and targets are to its own baselines."""
 
-    machine: dict[str, str | int]
-    config: ServiceBenchConfig
+    broker: str
     throughput: ThroughputResult
     pipe: PipeResult
     latency: list[LatencyResult]
@@ -1531,6 +1566,16 @@ class ServiceReport:
     throughput_no_journal: ThroughputResult | None = None
     latency_no_journal: list[LatencyResult] = field(default_factory=list)
     durability: DurabilityCost | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReport:
+    """Everything one run produced: the machine, the sizes, and one :class:`BrokerReport` per
+    broker measured, in the order they ran."""
+
+    machine: dict[str, str | int]
+    config: ServiceBenchConfig
+    brokers: list[BrokerReport]
 
 
 def _exact(r: ThroughputResult | PipeResult | LatencyResult | HopResult) -> bool:
@@ -1691,13 +1736,12 @@ def _ms(value: float) -> str:
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
 
 
-def render(report: ServiceReport, command: str) -> str:
-    """The report as markdown: machine, command, figures, the ratios to the baselines."""
-    m, t, pipe, rss, h = report.machine, report.throughput, report.pipe, report.rss, report.http
-    cfg = report.config
-    rows = [
+def _measurement_rows(report: BrokerReport, cfg: ServiceBenchConfig) -> list[tuple[str, ...]]:
+    """One broker's measurements: (measurement, result, CPU s during it, checks)."""
+    t, pipe, rss, h = report.throughput, report.pipe, report.rss, report.http
+    rows: list[tuple[str, ...]] = [
         (
-            f"1. signals through Kafka: {_count(t.signals)} signals produced as fast as "
+            f"1. signals through the broker: {_count(t.signals)} signals produced as fast as "
             "kafka-python sends (the service as configured by default: with the journal)",
             f"**{t.signals_per_s / 1e3:.1f} k signals/s** ({t.end_to_end_s:.2f} s first send "
             f"to last callback; the producer alone: {t.producer_per_s / 1e3:.1f} k/s)",
@@ -1783,35 +1827,180 @@ def render(report: ServiceReport, command: str) -> str:
             "ok",
         ),
     ]
+    return rows
+
+
+def _checks(report: BrokerReport) -> bool:
+    """Whether every run on this broker measured what it says (see :func:`_exact`)."""
+    runs: list[ThroughputResult | PipeResult | LatencyResult | HopResult] = [
+        report.throughput,
+        report.pipe,
+        *report.latency,
+        *report.latency_no_journal,
+        *report.hops,
+    ]
+    if report.throughput_no_journal is not None:
+        runs.append(report.throughput_no_journal)
+    return all(_exact(r) for r in runs)
+
+
+def _summary(brokers: Sequence[BrokerReport]) -> list[str]:
+    """The brokers' headline figures and DESIGN.md's ratios side by side, one column each;
+    every ratio is to the baselines measured on the same broker."""
+    first = brokers[0]
+    rows: list[tuple[str, list[str]]] = [
+        (
+            f"1. signals/s, the service ({_count(first.throughput.signals)} signals, journal)",
+            [f"{b.throughput.signals_per_s / 1e3:.1f} k/s" for b in brokers],
+        ),
+        (
+            "1'. signals/s, the bare consume -> decode -> produce pipe",
+            [f"{b.pipe.signals_per_s / 1e3:.1f} k/s" for b in brokers],
+        ),
+    ]
+    if first.throughput_no_journal is not None:
+        rows.append(
+            (
+                "1''. signals/s, the service without the journal",
+                [
+                    "-" if nj is None else f"{nj.signals_per_s / 1e3:.1f} k/s"
+                    for nj in (b.throughput_no_journal for b in brokers)
+                ],
+            )
+        )
+    rows.append(
+        (
+            "CPU s during 1: service (+ snapshotter) / broker",
+            [
+                f"{t.service_cpu_s:.1f} (+ {t.snapshotter_cpu_s:.1f}) / {t.broker_cpu_s:.1f}"
+                for t in (b.throughput for b in brokers)
+            ],
+        )
+    )
+    for index, lat in enumerate(first.latency):
+        rows.append(
+            (
+                f"2. p50 / p99 at {lat.rate_per_s / 1e3:g} k/s, the service (journal)",
+                [_p50_p99(b.latency, index) for b in brokers],
+            )
+        )
+    for index, lat in enumerate(first.latency_no_journal):
+        rows.append(
+            (
+                f"2''. p50 / p99 at {lat.rate_per_s / 1e3:g} k/s, without the journal",
+                [_p50_p99(b.latency_no_journal, index) for b in brokers],
+            )
+        )
+    for index, hop in enumerate(first.hops):
+        rows.append(
+            (
+                f"2'. p50 / p99 at {hop.rate_per_s / 1e3:g} k/s, one bare hop (linger "
+                f"{hop.linger_ms} ms -> fetch wait {hop.fetch_max_wait_ms} ms)",
+                [_p50_p99(b.hops, index) for b in brokers],
+            )
+        )
+    rows += [
+        (
+            f"3. RSS with {_count(first.rss.pending)} pending operations",
+            [f"{b.rss.rss_after_bytes / _MIB:,.0f} MiB" for b in brokers],
+        ),
+        (
+            "4. HTTP: single POST req/s; batched k ops/s",
+            [
+                f"{b.http.single_per_s:,.0f}; {b.http.batched_ops_per_s / 1e3:.1f} k"
+                for b in brokers
+            ],
+        ),
+    ]
+    if first.durability is not None:
+        rows.append(
+            (
+                "journal bytes per input (measurement 1)",
+                [
+                    "-" if d is None else f"{d.bytes_per_input:,.0f} B"
+                    for d in (b.durability for b in brokers)
+                ],
+            )
+        )
+    for index, target in enumerate(first.targets):
+        rows.append(
+            (
+                f"target: {target.name} ({target.required})",
+                [_target_cell(b.targets, index) for b in brokers],
+            )
+        )
+    rows.append(
+        ("every signal one callback, every record once", [_ok(_checks(b)) for b in brokers])
+    )
+    titles = [BROKER_TITLES.get(b.broker, b.broker) for b in brokers]
+    return [
+        f"| figure (each broker beside its own baselines) | {' | '.join(titles)} |",
+        "|---|" + "---:|" * len(brokers),
+        *(f"| {label} | {' | '.join(cells)} |" for label, cells in rows),
+        "",
+    ]
+
+
+def _p50_p99(results: Sequence[LatencyResult] | Sequence[HopResult], index: int) -> str:
+    if index >= len(results):
+        return "-"
+    r = results[index]
+    return f"{_ms(r.p50_ms)} / {_ms(r.p99_ms)} ms"
+
+
+def _target_cell(targets: Sequence[Target], index: int) -> str:
+    if index >= len(targets):
+        return "-"
+    t = targets[index]
+    return f"{t.measured}, {'met' if t.met else '**NOT met**'}"
+
+
+def render(report: ServiceReport, command: str, *, heading: str = "##") -> str:
+    """The report as markdown: machine, command, the brokers side by side (when more than
+    one), then one section per broker (``heading`` is its level): figures, the ratios to its
+    own baselines, the cost of durability."""
+    m, cfg = report.machine, report.config
+    names = [BROKER_TITLES.get(b.broker, b.broker) for b in report.brokers]
     lines = [
         f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['implementation']} {m['python']}, "
-        f"{m['platform']}. The broker (Tansu, in-memory), the service or a baseline (a process "
-        "of its own) and the load generator (this process, plus a reader process) share these "
-        "CPUs, over loopback, on one broker.",
+        f"{m['platform']}. The broker, the service or a baseline (a process of its own) and the "
+        "load generator (this process, plus a reader process) share these CPUs, over loopback. "
+        f"Brokers, one at a time in this order: {', '.join(names)}; each is stopped before the "
+        "next starts.",
         "",
         f"Command: `{command}`",
         "",
-        "| measurement | result | CPU s during it | checks |",
-        "|---|---|---|:---:|",
-        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
-        "",
-        "| target (DESIGN.md: the service beside its baselines) | measured | required | met |",
-        "|---|---:|---:|:---:|",
-        *(
-            f"| {x.name} | {x.measured} | {x.required} | {'yes' if x.met else 'NO'} |"
-            for x in report.targets
-        ),
-        "",
-        *_render_durability(report),
     ]
-    return "\n".join(lines)
+    if len(report.brokers) > 1:
+        lines += [f"{heading} The brokers side by side", "", *_summary(report.brokers)]
+    for broker in report.brokers:
+        title = BROKER_TITLES.get(broker.broker, broker.broker)
+        details = _BROKER_DETAILS.get(broker.broker)
+        lines += [
+            f"{heading} On {title}" + (f" ({details})" if details else ""),
+            "",
+            "| measurement | result | CPU s during it | checks |",
+            "|---|---|---|:---:|",
+            *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _measurement_rows(broker, cfg)),
+            "",
+            f"| target (DESIGN.md: the service beside its baselines on {title}) | measured | "
+            "required | met |",
+            "|---|---:|---:|:---:|",
+            *(
+                f"| {x.name} | {x.measured} | {x.required} | {'yes' if x.met else 'NO'} |"
+                for x in broker.targets
+            ),
+            "",
+            *_render_durability(broker),
+        ]
+    return "\n".join(lines).rstrip("\n")
 
 
 def _ratio(value: float, base: float) -> str:
     return f"{value / base:.2f}x" if base > 0 else "-"
 
 
-def _render_durability(report: ServiceReport) -> list[str]:
+def _render_durability(report: BrokerReport) -> list[str]:
     """The journal beside the service without it (nothing when the run did not measure it)."""
     d = report.durability
     if d is None:
@@ -1860,7 +2049,7 @@ def _render_durability(report: ServiceReport) -> list[str]:
         )
     )
     return [
-        "| the cost of durability (the same run) | with the journal (default) | "
+        "| the cost of durability (the same run, the same broker) | with the journal (default) | "
         "without (PURGATORY_JOURNAL=false) | with / without |",
         "|---|---:|---:|---:|",
         *(f"| {a} | {b} | {c} | {e} |" for a, b, c, e in rows),
@@ -1868,29 +2057,85 @@ def _render_durability(report: ServiceReport) -> list[str]:
     ]
 
 
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda message: say(f"{prefix}: {message}")
+
+
+def brokers_of(choice: str) -> tuple[str, ...]:
+    """The brokers ``--broker`` names: one of :data:`BROKERS`, or ``both`` (all, in order).
+
+    Raises:
+        ValueError: ``choice`` is not one of :data:`BROKER_CHOICES`.
+    """
+    if choice == "both":
+        return BROKERS
+    if choice in BROKERS:
+        return (choice,)
+    raise ValueError(f"--broker: one of {', '.join(BROKER_CHOICES)}, got {choice!r}")
+
+
 def run_service_benchmarks(
     config: ServiceBenchConfig,
     *,
     progress: Callable[[str], None] | None = None,
-    broker: EmbeddedBroker | None = None,
+    brokers: Sequence[str] = BROKERS,
+    running: Mapping[str, Broker] | None = None,
 ) -> ServiceReport:
-    """Run every measurement of ``config`` and its baselines (on ``broker``, or on one started
-    here)."""
+    """Run every measurement of ``config`` and its baselines on each broker of ``brokers``
+    (names of :data:`BROKERS`; run in that tuple's order, Kafka first), one broker at a time.
+
+    A broker in ``running`` (by name: a test session's, say) is used as it is; any other is
+    started here (:func:`~purgatory.service._dev_broker.open_dev_broker`, tied to this process
+    when called from the main thread) for its half alone and stopped before the next starts.
+
+    Raises:
+        ValueError: ``brokers`` is empty or names an unknown broker.
+        DevBrokerError: a broker did not start (for Kafka: no Java, or no jars: ``make kafka``).
+    """
+    if not brokers or not set(brokers) <= set(BROKERS):
+        raise ValueError(f"brokers: some of {', '.join(BROKERS)}, got {list(brokers)!r}")
     say = progress or (lambda _message: None)
-    with contextlib.ExitStack() as stack:
-        if broker is None:
-            broker = stack.enter_context(EmbeddedBroker())
-        log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-service-")))
+    reports = []
+    for name in (b for b in BROKERS if b in brokers):
+        with contextlib.ExitStack() as stack:
+            broker = (running or {}).get(name)
+            if broker is None:
+                say(f"{name}: starting {BROKER_TITLES[name]}")
+                broker = stack.enter_context(
+                    open_dev_broker(name, die_with_parent=_on_main_thread())
+                )
+            reports.append(
+                run_broker_benchmarks(config, broker, name, progress=_prefixed(say, name))
+            )
+    return ServiceReport(machine=machine_info(), config=config, brokers=reports)
+
+
+def run_broker_benchmarks(
+    config: ServiceBenchConfig,
+    broker: Broker,
+    name: str,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> BrokerReport:
+    """Run every measurement of ``config`` and its baselines on ``broker`` (running; ``name``
+    labels the results)."""
+    say = progress or (lambda _message: None)
+    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
+        log_dir = Path(tmp)
         common: dict[str, Any] = {
             "partitions": config.partitions,
             "scopes": config.scopes,
             "log_dir": log_dir,
         }
-        say(f"signals through Kafka: {config.throughput_signals} signals (journal)")
+        say(f"signals through the broker: {config.throughput_signals} signals (journal)")
         throughput = bench_throughput(
             broker, config.throughput_signals, register_batch=config.register_batch, **common
         )
-        say(f"signals through Kafka: {config.throughput_signals} signals (no journal)")
+        say(f"signals through the broker: {config.throughput_signals} signals (no journal)")
         throughput_no_journal = bench_throughput(
             broker,
             config.throughput_signals,
@@ -1930,8 +2175,7 @@ def run_service_benchmarks(
         for linger_ms, wait_ms in config.hops:
             rate = config.hop_rate_per_s
             say(
-                f"baseline: one Kafka hop at {rate}/s, linger_ms={linger_ms}, "
-                f"fetch_max_wait_ms={wait_ms}"
+                f"baseline: one hop at {rate}/s, linger_ms={linger_ms}, fetch_max_wait_ms={wait_ms}"
             )
             hops.append(
                 bench_kafka_hop(
@@ -1950,9 +2194,8 @@ def run_service_benchmarks(
         http = bench_http(
             broker, config.http_single, config.http_batched_ops, batch=config.http_batch, **common
         )
-    return ServiceReport(
-        machine=machine_info(),
-        config=config,
+    return BrokerReport(
+        broker=name,
         throughput=throughput,
         pipe=pipe,
         latency=latency,
@@ -1978,14 +2221,26 @@ def run_service_benchmarks(
 
 
 def write_json(report: ServiceReport, path: Path, command: str) -> None:
-    """Write the report (with the command and the units) as JSON."""
-    payload: dict[str, Any] = {"command": command, **asdict(report)}
+    """Write the report (with the command and the units) as JSON: the machine and the sizes
+    once, then ``brokers``, each broker's results by name, in the order they ran."""
+    payload: dict[str, Any] = {
+        "command": command,
+        "machine": report.machine,
+        "config": asdict(report.config),
+        "brokers": {
+            b.broker: {k: v for k, v in asdict(b).items() if k != "broker"} for b in report.brokers
+        },
+    }
     payload["units"] = {
+        "brokers": "kafka: Apache Kafka (one KRaft node, a JVM); tansu: the embedded Tansu; "
+        "each measured alone, in this order, with its own baselines and ratios",
         "seconds": "wall seconds (time.perf_counter) unless named cpu",
         "cpu_s": "user + system CPU seconds of the process, from /proc/<pid>/stat",
+        "broker_cpu_s": "CPU seconds of the broker's process (Kafka's JVM, or Tansu)",
         "latency_ms": "callback arrival in the consumer minus the signal's send time",
         "rss": "VmRSS of the service process, bytes",
-        "ratios": "service figure / baseline figure of the same run (see DESIGN.md's targets)",
+        "ratios": "service figure / baseline figure of the same run on the same broker "
+        "(see DESIGN.md's targets)",
         "journal": "throughput and latency are the journaled service (the default); "
         "*_no_journal the same runs with PURGATORY_JOURNAL=false",
         "journal_bytes": "purgatory_journal_bytes_total from the service's /metrics, bytes",
@@ -1997,11 +2252,21 @@ def write_json(report: ServiceReport, path: Path, command: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tests.benchmarks.bench_service [--quick] [--out DIR]``."""
+    """``python -m tests.benchmarks.bench_service [--quick] [--broker B] [--out DIR]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m tests.benchmarks.bench_service", description=__doc__
+        prog="python -m tests.benchmarks.bench_service",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (about 45 s)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (about a minute per broker)"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=BROKER_CHOICES,
+        default="both",
+        help="the broker(s) to measure on: Apache Kafka, Tansu, or both, Kafka first (default)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     args = parser.parse_args(argv)
     command = " ".join(
@@ -2012,7 +2277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"... {message}", file=sys.stderr, flush=True)
 
     with quiet_kafka_warnings():
-        report = run_service_benchmarks(QUICK if args.quick else FULL, progress=progress)
+        report = run_service_benchmarks(
+            QUICK if args.quick else FULL, progress=progress, brokers=brokers_of(args.broker)
+        )
     print(render(report, command))
     out = args.out / "bench-service.json"
     write_json(report, out, command)

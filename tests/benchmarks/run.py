@@ -1,15 +1,17 @@
 """Run every benchmark, print a markdown report, write JSON and a plot (harness entry point).
 
-``python -m tests.benchmarks.run [--quick] [--out DIR]`` runs the timer micro-benchmarks
-(:mod:`tests.benchmarks.bench_timer`) and the purgatory simulation
-(:mod:`tests.benchmarks.bench_purgatory`), each beside its baselines in the same process, prints
-markdown tables, the machine and the DESIGN.md targets met or missed, and writes
+``python -m tests.benchmarks.run [--quick] [--out DIR] [--service [--broker kafka|tansu|both]]``
+runs the timer micro-benchmarks (:mod:`tests.benchmarks.bench_timer`) and the purgatory
+simulation (:mod:`tests.benchmarks.bench_purgatory`), each beside its baselines in the same
+process, prints markdown tables, the machine and the DESIGN.md targets met or missed, and writes
 ``DIR/bench-results.json`` and ``DIR/timer-throughput.png`` (``DIR`` defaults to ``docs``).
 ``--quick`` uses small sizes and finishes in well under a minute; the full run takes a few
 minutes on a 2-core machine. ``--service`` also runs :mod:`tests.benchmarks.bench_service` (the
-service as a process of its own, through a real broker, with its journal and without it, to
-show the cost of durability) and writes ``DIR/bench-service.json``; its quick sizes add about
-45 s.
+service as a process of its own, with its journal and without it, to show the cost of
+durability, beside its baselines) on both brokers, Apache Kafka first, then the embedded Tansu,
+each broker alone with its own baselines, and writes ``DIR/bench-service.json`` with both;
+``--broker kafka`` or ``--broker tansu`` measures the service on that one only. Its quick sizes
+add about a minute per broker.
 """
 
 from __future__ import annotations
@@ -379,16 +381,26 @@ def run_all(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: ``python -m tests.benchmarks.run [--quick] [--out DIR]``."""
+    """The command line: ``python -m tests.benchmarks.run [--quick] [--out DIR] [--service
+    [--broker kafka|tansu|both]]``."""
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     parser.add_argument(
         "--service",
         action="store_true",
-        help="also run the service end to end (tests.benchmarks.bench_service)",
+        help="also run the service end to end (tests.benchmarks.bench_service), on Apache "
+        "Kafka and on Tansu",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("kafka", "tansu", "both"),
+        default=None,
+        help="with --service: the broker(s) to measure the service on (default: both, Kafka first)",
     )
     args = parser.parse_args(argv)
+    if args.broker is not None and not args.service:
+        parser.error("--broker: only with --service")
     config = QUICK if args.quick else FULL
 
     def progress(message: str) -> None:
@@ -404,11 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Imported only when asked: it brings in the Kafka and HTTP clients.
         from tests.benchmarks import bench_service  # noqa: PLC0415
 
+        brokers = bench_service.brokers_of(args.broker or "both")
         service = bench_service.run_service_benchmarks(
-            bench_service.QUICK if args.quick else bench_service.FULL, progress=progress
+            bench_service.QUICK if args.quick else bench_service.FULL,
+            progress=progress,
+            brokers=brokers,
         )
-        print("\n## The service end to end over loopback (Kafka, HTTP)\n")
-        print(bench_service.render(service, command))
+        on = " and ".join(bench_service.BROKER_TITLES[b] for b in brokers)
+        print(f"\n## The service end to end over loopback ({on}, HTTP)\n")
+        print(bench_service.render(service, command, heading="###"))
         bench_service.write_json(service, args.out / "bench-service.json", command)
         print(f"Wrote {args.out / 'bench-service.json'}")
     return 0
