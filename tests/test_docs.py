@@ -271,9 +271,21 @@ def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart
         brokers = _children(dev.pid, b"kafka.Kafka")
         kept = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "kept"))
         assert kept["status"] == "pending", kept
+        _cli(url, "op", "create", "--scope", "demo", "--id", "crash", "--key", "after",
+             "--timeout-ms", "600000")  # fmt: skip
+
+        # The broker dies under it (kill -9): dev starts it again on the same data dir, and
+        # the service carries on by itself; the CLI's retries of the 503 outlast the gap.
+        os.kill(brokers[0], signal.SIGKILL)
         _cli(url, "signal", "--scope", "demo", "--key", "later")
         done = json.loads(_cli(url, "op", "wait", "--scope", "demo", "--id", "kept"))
         assert done["outcome"]["outcome"] == "completed"
+        crash = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "crash"))
+        assert crash["status"] == "pending", crash  # acknowledged before the crash: kept
+        text = log.read_text(errors="replace")
+        assert "dev_broker_exited" in text and "dev_broker_restarted" in text, text[-3000:]
+        brokers = _children(dev.pid, b"kafka.Kafka")
+        assert len(brokers) == 1 and dev.poll() is None, text[-3000:]
         _stop(dev, brokers, log)
     finally:
         if dev.poll() is None:
@@ -282,6 +294,34 @@ def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart
         for pid in brokers:
             if not _dead(pid):
                 os.kill(pid, signal.SIGKILL)  # the test failed: leave no Kafka behind it
+
+
+@pytest.mark.kafka
+def test_dev_stops_and_says_why_when_the_embedded_broker_dies(tmp_path: Path) -> None:
+    # Tansu keeps everything in memory: a service restored from its empty topics would forget
+    # what it acknowledged, so dev stops gracefully and exits 1 naming the cause.
+    port, log = free_port(), tmp_path / "dev.log"
+    with log.open("ab") as out:
+        dev = subprocess.Popen(
+            [str(_PURGATORY), "dev", "--port", str(port)],
+            env=_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}")
+        [tansu] = _children(dev.pid, b"tansu")
+        os.kill(tansu, signal.SIGKILL)
+        assert dev.wait(60) == 1, log.read_text(errors="replace")[-3000:]
+        text = log.read_text(errors="replace")
+        assert "dev_broker_lost" in text, text[-3000:]
+        assert "purgatory dev: the embedded broker exited (status -9)" in text, text[-3000:]
+        assert "--broker kafka" in text
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
 
 
 def _wait_ready(url: str) -> None:

@@ -130,6 +130,7 @@ def kafka_transport(settings: Settings) -> KafkaTransport:
         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
         advertised_url=settings.advertised_url,
         group_instance_id=settings.kafka_group_instance_id,
+        close_timeout_ms=settings.shutdown_grace_ms,
     )
 
 

@@ -82,6 +82,7 @@ from purgatory._core import TransportError, UsageError
 from purgatory.service._kafka_config import no_topic_creation
 
 __all__ = [
+    "LIVES_WITH_PROCESS",
     "MISSING_TANSU",
     "Broker",
     "EmbeddedBroker",
@@ -125,6 +126,12 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 
+#: A thread with this attribute set to True promises to run until its process exits (a
+#: watchdog parked forever once its work is done), so a child it starts with
+#: ``die_with_parent`` dies with the process, as one the main thread starts does.
+LIVES_WITH_PROCESS = "purgatory_lives_with_process"
+
+
 def free_port() -> int:
     """A loopback TCP port free at the time of the call (nothing listens on it once returned)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -137,13 +144,15 @@ def with_pdeathsig(command: Sequence[str]) -> list[str]:
     """``command`` wrapped so that the kernel SIGKILLs it when this thread (or process) dies.
 
     Pass the result to ``subprocess.Popen`` from the main thread: the kernel's "parent" is the
-    thread that forks, and only the main thread lives as long as the process. On other systems
-    than Linux the command is returned as it is.
+    thread that forks, and only the main thread lives as long as the process (or a thread
+    marked :data:`LIVES_WITH_PROCESS`, which promises to). On other systems than Linux the
+    command is returned as it is.
 
     Raises:
-        UsageError: not called from the main thread.
+        UsageError: not called from the main thread (or a thread marked to live as long).
     """
-    if threading.current_thread() is not threading.main_thread():
+    thread = threading.current_thread()
+    if thread is not threading.main_thread() and not getattr(thread, LIVES_WITH_PROCESS, False):
         raise UsageError(
             "die_with_parent needs the main thread: the child would die with this thread"
         )
@@ -164,6 +173,8 @@ class Broker(Protocol):
 
     @property
     def log_path(self) -> Path | None: ...
+
+    def exit_status(self) -> int | None: ...
 
     def start(self) -> None: ...
 
@@ -339,6 +350,11 @@ class EmbeddedBroker:
     def log_path(self) -> Path | None:
         """Where the broker's output goes."""
         return self._log_path
+
+    def exit_status(self) -> int | None:
+        """The broker process's exit status if it exited on its own (a crash, a kill from
+        outside) and ``stop`` was not called since; None while it runs or when stopped."""
+        return None if self._process is None else self._process.poll()
 
     def start(self) -> None:
         """Start the broker and wait until it answers a metadata request.

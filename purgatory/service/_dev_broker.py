@@ -13,6 +13,14 @@ loopback before anything else. Two can be chosen, behind one contract (``_broker
   restores its pending operations from them. Without the jars the start fails naming
   ``make kafka``.
 
+While ``purgatory dev`` serves, :class:`BrokerWatch` looks at its broker twice a second. Apache
+Kafka that exits on its own (a crash, a ``kill -9``) is started again on the same data dir and
+ports, so the service, which waits for the broker as it would in production (writes answer 503,
+consumed inputs wait), carries on with its log intact; the watch logs ``dev_broker_exited`` and
+``dev_broker_restarted``. Tansu cannot come back (everything it held was in its memory, and a
+service restored from empty topics would forget what it acknowledged): the watch logs
+``dev_broker_lost``, stops the service gracefully, and ``purgatory dev`` exits 1 saying so.
+
 The choice is the command's ``--broker`` option, else :data:`DEV_BROKER_ENV`
 (``PURGATORY_DEV_BROKER``), else ``tansu``. That variable is read here only: ``purgatory dev``
 drops it before it reads the service's settings, the demo's service child never sees it, and
@@ -24,16 +32,20 @@ message names the fix) and exit 2.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from purgatory._core import ConfigError, TransportError
-from purgatory.service._broker import Broker, EmbeddedBroker
+from purgatory.service._broker import LIVES_WITH_PROCESS, Broker, EmbeddedBroker
 from purgatory.service._kafka_broker import KafkaBroker
+from purgatory.service._logging import get_logger
 
 __all__ = [
     "DEV_BROKERS",
     "DEV_BROKER_ENV",
+    "BrokerWatch",
     "DevBrokerError",
     "describe",
     "dev_broker_kind",
@@ -47,6 +59,8 @@ DEV_BROKERS = ("tansu", "kafka")
 DEV_BROKER_ENV = "PURGATORY_DEV_BROKER"
 
 _NAMES = {"tansu": "Tansu (embedded)", "kafka": "Apache Kafka"}
+
+_log = get_logger(component="dev")
 
 
 class DevBrokerError(TransportError):
@@ -131,3 +145,85 @@ def open_dev_broker(
         yield broker
     finally:
         broker.__exit__(None, None, None)  # stop; KafkaBroker also removes a temporary data dir
+
+
+class BrokerWatch:
+    """Restart a development Kafka that exits on its own; stop the service if Tansu does.
+
+    Args:
+        kind: the broker's kind (:data:`DEV_BROKERS`).
+        broker: the running broker.
+        on_lost: called (from the watch's thread) when the broker is gone for good.
+        interval_s: how often to look.
+
+    Attributes:
+        lost: why the broker is gone for good (None while it is not).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        broker: Broker,
+        on_lost: Callable[[], None],
+        *,
+        interval_s: float = 0.5,
+    ) -> None:
+        self._kind, self._broker, self._on_lost = kind, broker, on_lost
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._closed = False
+        self._closing = threading.Event()
+        self.lost: str | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        """Start watching, in a daemon thread that lives as long as the process: a broker it
+        starts again dies with the process (``die_with_parent``), as the first one does."""
+        thread = threading.Thread(target=self._run, name="dev-broker-watch", daemon=True)
+        setattr(thread, LIVES_WITH_PROCESS, True)
+        thread.start()
+
+    def close(self) -> None:
+        """Stop watching (waits for a restart under way); call before stopping the broker."""
+        self._closing.set()
+        with self._lock:
+            self._closed = True
+
+    def _run(self) -> None:
+        while not self._closing.wait(self._interval_s) and self._watch_once():
+            pass
+        threading.Event().wait()  # parked, never ends: see start()
+
+    def _watch_once(self) -> bool:
+        """Look once; False once there is nothing more to watch."""
+        with self._lock:
+            if self._closed:
+                return False
+            status = self._broker.exit_status()
+            if status is None:
+                return True
+            restart = self._kind == "kafka"
+            _log.warning("dev_broker_exited", broker=self._kind, status=status, restart=restart)
+            self._broker.stop()  # reaps it and closes its log; the data dir stays
+            if restart:
+                began = time.perf_counter()
+                try:
+                    self._broker.start()  # the same data dir and ports
+                except TransportError as exc:
+                    self.lost = (
+                        f"Apache Kafka exited (status {status}) and did not start again: {exc}"
+                    )
+                else:
+                    self.restarts += 1
+                    seconds = round(time.perf_counter() - began, 1)
+                    _log.info("dev_broker_restarted", broker=self._kind, seconds=seconds)
+                    return True
+            else:
+                self.lost = (
+                    f"the embedded broker exited (status {status}); everything it held was in its"
+                    " memory, so the service stops: start purgatory dev again (--broker kafka"
+                    " keeps a log that outlives its broker)"
+                )
+            _log.error("dev_broker_lost", broker=self._kind, reason=self.lost)
+        self._on_lost()
+        return False

@@ -40,6 +40,8 @@ class KafkaTransport:
         fetch_max_wait_ms: how long the broker may hold a fetch with no new data.
         advertised_url: this replica's URL, shared with the group (group mode).
         group_instance_id: static group membership.
+        close_timeout_ms: how long closing the sink waits for its last flush (None: up to
+            the producer's delivery timeout); the service passes its ``shutdown_grace_ms``.
     """
 
     config: KafkaClientConfig
@@ -48,6 +50,7 @@ class KafkaTransport:
     fetch_max_wait_ms: int = 10
     advertised_url: str | None = None
     group_instance_id: str | None = None
+    close_timeout_ms: int | None = None
 
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
@@ -68,7 +71,10 @@ class KafkaTransport:
     def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:
         """A producer thread."""
         return open_kafka_sink(
-            self.config, linger_ms=self.linger_ms, max_request_bytes=self.max_request_bytes
+            self.config,
+            linger_ms=self.linger_ms,
+            max_request_bytes=self.max_request_bytes,
+            close_timeout_ms=self.close_timeout_ms,
         )
 
     def open_reader(self) -> AbstractAsyncContextManager[KafkaLogReader]:

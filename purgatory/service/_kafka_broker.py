@@ -219,6 +219,11 @@ class KafkaBroker:
         """The broker's data dir, once chosen."""
         return self._data_dir
 
+    def exit_status(self) -> int | None:
+        """The broker process's exit status if it exited on its own (a crash, a kill from
+        outside) and ``stop`` was not called since; None while it runs or when stopped."""
+        return None if self._process is None else self._process.poll()
+
     def start(self) -> None:
         """Start the broker (formatting an empty data dir first) and wait until it answers.
 

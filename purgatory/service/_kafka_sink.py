@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -163,8 +164,14 @@ class _ProducerThread:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         with receive:
+            # Abandoned when cancelled (a close past its bound): kafka-python's flush cannot be
+            # interrupted, and the thread then finishes on its own, in the background.
             await trio.to_thread.run_sync(
-                self._main, receive, task_status, limiter=trio.CapacityLimiter(1)
+                self._main,
+                receive,
+                task_status,
+                limiter=trio.CapacityLimiter(1),
+                abandon_on_cancel=True,
             )
 
     def statistics(self) -> SinkStatistics:
@@ -339,12 +346,17 @@ async def open_kafka_sink(
     delivery_timeout_ms: int = 120_000,
     connect_timeout_ms: int = 30_000,
     metadata_timeout_ms: int = 1_000,
+    close_timeout_ms: int | None = None,
 ) -> AsyncIterator[KafkaSink]:
     """Produce through a dedicated thread; yield a ``KafkaSink`` while it runs.
 
     On a normal exit the sink flushes (raising ``TransportError`` on delivery failures), then
     closes the producer. On cancellation or an error the producer is still flushed (for at most
     ``delivery_timeout_ms``) and closed; records still queued in the channel may be dropped.
+    The exit waits at most ``close_timeout_ms`` for that flush: past it (a broker that stopped
+    answering), the producer thread is left to finish on its own and ``TransportError`` is
+    raised, so a stop is bounded. Nothing was promised for the records it still holds: none was
+    acknowledged, so the journal has them as not delivered, and the next owner re-sends them.
 
     Args:
         config: how to reach the brokers.
@@ -359,6 +371,8 @@ async def open_kafka_sink(
         metadata_timeout_ms: how long ``send`` waits for the metadata of a topic it has none
             of (at most ``delivery_timeout_ms``); the record then fails, retriable. The producer
             thread waits meanwhile: a topic that does not exist costs this much per attempt.
+        close_timeout_ms: how long the exit waits for the last flush (None: as long as it
+            takes, at most ``delivery_timeout_ms`` and a little more).
 
     Raises:
         UsageError: a bad argument (the message names it).
@@ -390,4 +404,13 @@ async def open_kafka_sink(
             with send:
                 sink = KafkaSink(send, thread)
                 yield sink
-                await sink.flush()
+                bound_s = math.inf if close_timeout_ms is None else close_timeout_ms / 1000
+                with trio.move_on_after(bound_s) as waited:
+                    await sink.flush()
+            if waited.cancelled_caught:
+                nursery.cancel_scope.cancel()  # abandons the producer thread
+                raise TransportError(
+                    f"the producer did not finish within {close_timeout_ms} ms of the close: the"
+                    f" broker at {kwargs['bootstrap_servers']} does not acknowledge (its records"
+                    " were not acknowledged, so nothing was promised for them)"
+                )

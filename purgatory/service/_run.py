@@ -28,15 +28,18 @@ from typing import Any
 import httpx
 import trio
 
+from purgatory._core import TransportError
 from purgatory.service._app import kafka_transport, run_service, topics_of
 from purgatory.service._broker import Broker, with_pdeathsig
 from purgatory.service._dev_broker import (
     DEV_BROKER_ENV,
+    BrokerWatch,
     DevBrokerError,
     describe,
     dev_broker_kind,
     open_dev_broker,
 )
+from purgatory.service._kafka_config import raising_single_errors
 from purgatory.service._layout import check_counts, read_counts
 from purgatory.service._logging import configure_logging
 from purgatory.service._metrics import Metrics
@@ -120,11 +123,12 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
             every_s=min(SNAPSHOT_WATCH_MAX_S, (settings.snapshot_interval_ms or 60_000) / 1000),
         )
         metrics.bind_snapshots(snapshots=watch.statistics, snapshotter=supervisor.statistics)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(supervisor.run)
-            nursery.start_soon(watch.run)
-            await run_service(settings, clock=clock, transport=transport, metrics=metrics)
-            nursery.cancel_scope.cancel()
+        with raising_single_errors():  # the service's own error, not a group of one
+            async with trio.open_nursery() as nursery:
+                await nursery.start(supervisor.run)
+                nursery.start_soon(watch.run)
+                await run_service(settings, clock=clock, transport=transport, metrics=metrics)
+                nursery.cancel_scope.cancel()
 
 
 def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
@@ -226,12 +230,13 @@ def run_dev(
         except DevBrokerError as exc:
             print(f"purgatory dev: {exc}", file=sys.stderr, flush=True)
             return 2
-        return _serve_dev(dev_env, overrides, started, describe(kind, started))
+        return _serve_dev(dev_env, overrides, started, kind)
 
 
 def _serve_dev(
-    dev_env: Mapping[str, str], overrides: Mapping[str, Any], broker: Broker, name: str
+    dev_env: Mapping[str, str], overrides: Mapping[str, Any], broker: Broker, kind: str
 ) -> int:
+    name = describe(kind, broker)
     settings = Settings.from_env(
         dev_env, **{"kafka_bootstrap_servers": broker.bootstrap_servers, **overrides}
     )
@@ -247,6 +252,19 @@ def _serve_dev(
         file=sys.stderr,
         flush=True,
     )
-    return run_serve(
-        {**dev_env, "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers}, overrides
-    )
+    watch = BrokerWatch(kind, broker, on_lost=lambda: os.kill(os.getpid(), signals.SIGTERM))
+    watch.start()
+    try:
+        status = run_serve(
+            {**dev_env, "PURGATORY_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers}, overrides
+        )
+    except TransportError:
+        if watch.lost is None:
+            raise
+        status = 1  # the stop could not deliver to a broker that is gone: said below
+    finally:
+        watch.close()
+    if watch.lost is not None:
+        print(f"purgatory dev: {watch.lost}", file=sys.stderr, flush=True)
+        return 1
+    return status
