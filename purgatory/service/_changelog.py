@@ -100,6 +100,7 @@ _log = get_logger()
 
 JOURNAL_KEY = b"journal"
 _RECORD_OVERHEAD = 512  # the envelope around the entries, positions included
+_INDEX_DIGITS = 10  # an entry index in an ``inputs`` marker has at most this many digits
 _RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -120,7 +121,7 @@ class ChangelogStatistics:
 @dataclass
 class _Part:
     entries: list[str] = field(default_factory=list)
-    size: int = 0
+    size: int = 0  # bytes of the entries and of the ``inputs`` markers, as encoded
     positions: dict[str, int] = field(default_factory=dict)
     inputs: list[list[Any]] = field(default_factory=list)  # [first, end, topic, offset]
 
@@ -209,7 +210,10 @@ class Changelog:
             raise NotServingError(partition, restoring=True)
         text = json.dumps(encode_entry(entry), ensure_ascii=False, separators=(",", ":"))
         size = len(text.encode("utf-8", "surrogatepass")) + 1
-        if size > self._max_entries_bytes:
+        consuming = self._consuming
+        going_on = consuming is not None and consuming[0] == partition
+        marker = _marker_size(consuming[1], consuming[2]) if going_on and consuming else 0
+        if size + marker > self._max_entries_bytes:
             raise SizeLimitError(
                 "(record)",
                 f"the input's journal entry ({size} bytes) is larger than a changelog record"
@@ -222,9 +226,9 @@ class Changelog:
             part = None
         if part is None:
             part = self._open.parts[partition] = _Part()
-            consuming = self._consuming
-            if consuming is not None and consuming[0] == partition:  # goes on in this record
+            if going_on and consuming is not None:  # the consumed record goes on in this one
                 part.inputs.append([0, None, consuming[1], consuming[2]])
+                part.size += marker
         part.entries.append(text)
         part.size += size
         self._pending_entries += 1
@@ -237,10 +241,15 @@ class Changelog:
         if partition in self._fenced:
             return
         self._consuming = (partition, topic, offset)
+        marker = _marker_size(topic, offset)
         part = self._open.parts.get(partition)
+        if part is not None and part.size + marker > self._max_entries_bytes:
+            self._seal()  # its marker would not fit: the record's entries start the next one
+            part = None
         if part is None:
             part = self._open.parts[partition] = _Part()
         part.inputs.append([len(part.entries), None, topic, offset])
+        part.size += marker
 
     def position(self, partition: int, topic: str, offset: int) -> None:
         """Record the position ``partition`` reached in ``topic`` with the entries recorded so
@@ -369,7 +378,8 @@ class Changelog:
         """The consumed record being applied produced no more entries in ``part``."""
         if part.inputs and part.inputs[-1][1] is None:
             if part.inputs[-1][0] == len(part.entries):
-                part.inputs.pop()  # it produced none here (refused, or a mere duplicate)
+                _first, _end, topic, offset = part.inputs.pop()  # it produced none here
+                part.size -= _marker_size(topic, offset)  # (refused, or a mere duplicate)
             else:
                 part.inputs[-1][1] = len(part.entries)
 
@@ -628,3 +638,9 @@ def decode_journal_record(value: bytes) -> dict[str, Any] | None:
     if doc.get("type") != "journal":
         return None
     return doc
+
+
+def _marker_size(topic: str, offset: int) -> int:
+    """At most the bytes one ``inputs`` marker ``[first,end,"topic",offset],`` takes."""
+    quoted = json.dumps(topic, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return len(quoted) + len(str(offset)) + 2 * _INDEX_DIGITS + 6

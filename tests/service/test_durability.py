@@ -308,6 +308,50 @@ async def test_a_crash_between_two_records_of_one_consumed_batch_applies_no_inpu
     _check_journal_applies_each_input_once(broker)
 
 
+async def test_a_journal_record_of_a_large_poll_stays_within_max_record_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A burst read in one large poll: each signal's entry comes with its "inputs" marker, which
+    # takes as many bytes again; the markers count against the record's limit, or the broker
+    # refuses the record (MessageSizeTooLarge) and the journal, then the service, stops.
+    limit = 4_096
+    settings = Settings.from_env(
+        {},
+        topic_partitions=PARTITIONS,
+        max_record_bytes=limit,
+        max_payload_bytes=1_024,
+        max_signal_bytes_per_operation=1_024,
+    )
+    broker = _broker()
+    for i in range(600):
+        _signal(broker, "s0", f"k{i}")
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            fake = FakeTransport(broker, max_batch=1_000)  # the whole burst in one poll
+            async with (
+                fake.open_sink() as sink,
+                fake.open_reader() as reader,
+                fake.open_source(topics=list(INPUTS), group_id="g", assignment=None) as source,
+            ):
+                service = Service(settings, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+                await service.run(stop, serve_http=False)
+
+        nursery.start_soon(serve)
+        await trio.sleep(2)
+        stop.set()
+    records = [r for r in broker.records(CHANGELOG) if r.partition == 0]
+    sizes = [len(r.value or b"") for r in records]
+    signals = sum(
+        1 for doc in _journal(broker, 0) for entry in doc["entries"] if entry[0] == "signal"
+    )
+    assert signals == 600  # every one journaled (none refused, the journal did not fail)
+    assert max(sizes) <= limit, sorted(sizes)[-5:]
+    assert len(records) >= 600 * 80 // limit  # cut into several records, markers counted
+    _check_journal_applies_each_input_once(broker)
+
+
 # -- HTTP over the fake broker ----------------------------------------------------------------
 
 HTTP_SETTINGS = Settings.from_env(
