@@ -33,7 +33,7 @@ $(PROMTOOL):
 	rm -f $(PROMETHEUS_DIR)/prometheus_*.deb
 	$(PROMTOOL) --version
 
-## Apache Kafka's broker for the tests marked kafka (purgatory/service/_kafka_broker.py starts
+## Apache Kafka's broker for the tests marked kafka (purgatory/devtools/kafka_broker.py starts
 ## it): kafka_2.13, its runtime jars and a log4j2 binding, pinned by .ci/kafka/pom.xml and copied
 ## from Maven Central into the venv. Maven caches in ~/.m2; once the stamp is newer than the pom
 ## nothing runs, so later runs need no network. Java 17 and Maven (`mvn`) must be installed.

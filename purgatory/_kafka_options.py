@@ -5,7 +5,7 @@ The service reads the connection options from ``PURGATORY_KAFKA_*`` variables, t
 bridge from its data source options, and kafka-python takes them as keyword arguments: three
 spellings of one set of rules. :func:`kafka_connection_problems` is those rules, once; each
 caller says how it names an option (``name``), so every problem starts with the name its user
-wrote. The service (:mod:`purgatory.service._kafka_config`) and the bridge
+wrote. The service (:mod:`purgatory.service.kafka.config`) and the bridge
 (``spark_bridge._writer``) both call it; the bridge may not import the service, hence this
 module beside the core.
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from purgatory._core import ConfigError
-from purgatory.service._child import service_process
-from purgatory.service._dev_broker import (
+from purgatory.devtools.child import service_process
+from purgatory.devtools.dev_broker import (
     DEV_BROKER_ENV,
     DEV_BROKERS,
     DevBrokerError,
@@ -43,7 +43,7 @@ from purgatory.service._dev_broker import (
     dev_broker_kind,
     open_dev_broker,
 )
-from purgatory.service._settings import Settings
+from purgatory.service.settings import Settings
 from spark_bridge._session import local_session
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import BASE_MS, EVENTS, expected_sessions, run_inactivity
@@ -79,7 +79,7 @@ def run_pipeline(show: Callable[[str], None] = print, *, broker: str = "tansu") 
     checks: dict[str, bool] = {}
     counts: Counter[str] = Counter()
     # Run on the main thread, the broker and the service may die with this process even when
-    # it is SIGKILLed (see purgatory.service._broker); the local Spark's JVM already exits when
+    # it is SIGKILLed (see purgatory.devtools.broker); the local Spark's JVM already exits when
     # its Python driver goes (it reads the driver's pipe until EOF).
     with (
         tempfile.TemporaryDirectory(prefix="purgatory-demo-") as tmp,

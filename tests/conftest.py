@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, cast
 import pytest
 
 if TYPE_CHECKING:
-    from purgatory.service._broker import Broker, EmbeddedBroker
-    from purgatory.service._kafka_broker import KafkaBroker
+    from purgatory.devtools.broker import Broker, EmbeddedBroker
+    from purgatory.devtools.kafka_broker import KafkaBroker
 
 # The parameters of ``kafka_broker``, in the order their halves run; each names its fixture.
 BROKERS = {"kafka": "apache_kafka", "tansu": "tansu_broker"}
@@ -43,7 +43,7 @@ def tansu_broker() -> Iterator[EmbeddedBroker]:
 
     Tests keep out of each other's way by using topic and group names of their own.
     """
-    from purgatory.service._broker import EmbeddedBroker  # noqa: PLC0415 - only when used
+    from purgatory.devtools.broker import EmbeddedBroker  # noqa: PLC0415 - only when used
 
     # die_with_parent: a test run killed outright (a CI timeout) leaves no broker behind.
     with EmbeddedBroker(die_with_parent=True) as broker:
@@ -57,7 +57,7 @@ def apache_kafka() -> Iterator[KafkaBroker]:
     Its data dir is temporary and removed at the end. Tests keep out of each other's way by
     using topic, group and transactional ids of their own.
     """
-    from purgatory.service._kafka_broker import KafkaBroker  # noqa: PLC0415 - only when used
+    from purgatory.devtools.kafka_broker import KafkaBroker  # noqa: PLC0415 - only when used
 
     with KafkaBroker(die_with_parent=True) as broker:  # gone with a killed test run too
         yield broker

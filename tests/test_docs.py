@@ -26,7 +26,7 @@ import trio
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from purgatory.service._broker import free_port
+from purgatory.devtools.broker import free_port
 from tests.service.test_broker import _children, _dead, _poll
 
 ROOT = Path(__file__).parent.parent

@@ -22,17 +22,17 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import MessageSizeTooLargeError
 
-from purgatory.service._kafka_config import no_topic_creation
-from purgatory.service._settings import Settings
+from purgatory.service.kafka.config import no_topic_creation
+from purgatory.service.settings import Settings
 from tests.test_docs import _blocks, _commands
 
 if TYPE_CHECKING:
-    from purgatory.service._kafka_broker import KafkaBroker
+    from purgatory.devtools.kafka_broker import KafkaBroker
 
 PAGE = Path(__file__).parent.parent / "docs" / "kafka.md"
 SETTINGS = Settings()
 KEYED = ("topic_requests", "topic_signals", "topic_changelog", "topic_snapshots")
-# What the service's producer allows beyond a record (purgatory.service._app.kafka_transport).
+# What the service's producer allows beyond a record (purgatory.service.app.kafka_transport).
 REQUEST_ROOM = 4096
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from purgatory.service._metrics import Metrics
-from purgatory.service._settings import Settings
+from purgatory.service.settings import Settings
+from purgatory.service.telemetry.metrics import Metrics
 
 README = (Path(__file__).parent.parent / "docs" / "service.md").read_text("utf-8")
 

@@ -9,8 +9,8 @@ Imports trio, Kafka and the web stack; the core never does, and nothing here kno
 * :class:`Settings` -- every setting, read once from the ``PURGATORY_*`` environment.
 """
 
-from purgatory.service._app import run_service
-from purgatory.service._cli import main
-from purgatory.service._settings import Settings
+from purgatory.service.app import run_service
+from purgatory.service.cli import main
+from purgatory.service.settings import Settings
 
 __all__ = ["Settings", "main", "run_service"]

@@ -14,7 +14,8 @@ small JSON payload), which completes ~10 % of them; the clock advances every 200
 (the reaper's longest sleep). The times are epoch milliseconds from 2026-01-01.
 
 1. **Journal**: an ``Engine(partition=0, journal=changelog.journal_for(0))`` is fed the inputs
-   by a :class:`~purgatory.service._changelog.Changelog` writing to the changelog topic through
+   by a :class:`~purgatory.service.journal.changelog.Changelog` writing to the changelog topic
+   through
    the service's own sink (``kafka_transport(settings).open_sink()``). After every batch of
    ``B`` inputs (10 000 by default: the service's ``max_batch``, an HTTP batch) the input
    positions are recorded and ``durable()`` awaited, as the HTTP path answers a batch; the
@@ -24,7 +25,7 @@ small JSON payload), which completes ~10 % of them; the clock advances every 200
    (``time.thread_time``). Baseline: the same inputs into an ``Engine`` without a journal, on
    the same thread, so the journal's CPU per input is the difference.
 2. **Restore from the journal alone**: ``restore_partition(snapshots_topic=None)`` with the
-   service's :class:`~purgatory.service._kafka_reader.KafkaLogReader`. The reader is wrapped so
+   service's :class:`~purgatory.service.kafka.reader.KafkaLogReader`. The reader is wrapped so
    that the time spent inside the handler (decode and replay, in the reader's thread) is
    measured; the rest of ``Progress.tail_s`` is the fetch (broker round trips and kafka-python's
    parsing of record batches). A second read with a decode-only handler (``json.loads`` of each
@@ -88,14 +89,14 @@ from purgatory._core import (
     restore_engine,
     snapshot_engine,
 )
-from purgatory.service._app import kafka_transport
-from purgatory.service._broker import EmbeddedBroker
-from purgatory.service._changelog import Changelog, decode_journal_record
-from purgatory.service._kafka_config import ConsumedRecord
-from purgatory.service._restore import Progress, Restored, restore_partition
-from purgatory.service._settings import Settings
-from purgatory.service._snapshots import write_snapshot
-from purgatory.service._transport import LogReader
+from purgatory.devtools.broker import EmbeddedBroker
+from purgatory.service.app import kafka_transport
+from purgatory.service.journal.changelog import Changelog, decode_journal_record
+from purgatory.service.journal.restore import Progress, Restored, restore_partition
+from purgatory.service.journal.snapshots import write_snapshot
+from purgatory.service.kafka.config import ConsumedRecord
+from purgatory.service.kafka.transport import LogReader
+from purgatory.service.settings import Settings
 from tests.benchmarks._measure import (
     gc_paused,
     gc_running_on_new_objects,
@@ -288,7 +289,8 @@ def _state(engine: Engine) -> tuple[int, ...]:
 
 
 class TimedReader:
-    """A :class:`~purgatory.service._transport.LogReader` that measures the handler it is given.
+    """A :class:`~purgatory.service.kafka.transport.LogReader` that measures the handler it is
+    given.
 
     ``handle_s`` and ``handle_cpu_s`` add up the wall and thread-CPU seconds spent inside the
     handler (which runs in the reader's worker thread); the rest of a read is the fetch.

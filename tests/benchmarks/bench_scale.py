@@ -65,12 +65,12 @@ from typing import Any
 
 import httpx
 
-from purgatory.service._app import topics_of
-from purgatory.service._broker import EmbeddedBroker, free_port
-from purgatory.service._child import service_process
-from purgatory.service._owners import range_owner
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import EmbeddedBroker, free_port
+from purgatory.devtools.child import service_process
+from purgatory.service.app import topics_of
+from purgatory.service.ownership.owners import range_owner
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 from tests.benchmarks.bench_service import (
     _HTTP_TIMEOUT_S,

@@ -4,16 +4,16 @@ memory, HTTP (harness).
 ``python -m tests.benchmarks.bench_service [--quick] [--broker kafka|tansu|both] [--out DIR]``
 measures everything below on each broker in turn, Apache Kafka first, then Tansu:
 
-- **Apache Kafka** (:class:`~purgatory.service._kafka_broker.KafkaBroker`): the broker users
+- **Apache Kafka** (:class:`~purgatory.devtools.kafka_broker.KafkaBroker`): the broker users
   run, one KRaft node in a JVM (heap 512 MiB) with its log in a temporary data dir; it needs
   Java 17 and the jars ``make kafka`` resolves.
-- **Tansu** (:class:`~purgatory.service._broker.EmbeddedBroker`): the embedded broker of
+- **Tansu** (:class:`~purgatory.devtools.broker.EmbeddedBroker`): the embedded broker of
   ``purgatory dev``, in memory.
 
 Each broker runs alone: it is started for its half and stopped before the next one starts, so
 the two never share the CPUs. Every measurement and every baseline runs on each broker, and each
 broker's ratios are to its own baselines; ``--broker`` runs one of them only (default ``both``).
-For each measurement the service runs as a separate process (``python -m purgatory.service._cli
+For each measurement the service runs as a separate process (``python -m purgatory.service.cli
 serve`` configured by ``PURGATORY_*`` variables: that broker, topics of its own, static
 partitions, ``PURGATORY_LOG_LEVEL=warning``), so the load generator (kafka-python producer and
 consumer, httpx) never shares the service's interpreter. On a 2-core machine the broker, the
@@ -87,11 +87,11 @@ import httpx
 
 from purgatory._codec import SignalInput, SignalRecord, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
-from purgatory.service._app import topics_of
-from purgatory.service._broker import Broker
-from purgatory.service._child import service_process
-from purgatory.service._dev_broker import open_dev_broker
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import Broker
+from purgatory.devtools.child import service_process
+from purgatory.devtools.dev_broker import open_dev_broker
+from purgatory.service.app import topics_of
+from purgatory.service.settings import Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
 __all__ = [
@@ -313,7 +313,7 @@ class ServiceProcess:
     """The service as a child process on ``broker``, with topics of its own; a context manager.
 
     Entering creates the topics and starts the service with
-    :func:`purgatory.service._child.service_process` (``purgatory serve``, ready once
+    :func:`purgatory.devtools.child.service_process` (``purgatory serve``, ready once
     ``/readyz`` answers 200); leaving sends SIGTERM and waits for the exit (killing it if it
     does not stop in time). ``journal`` is ``PURGATORY_JOURNAL``: with it (the default) the
     service journals every input to its changelog topic and ``serve`` starts a snapshotter
@@ -2089,7 +2089,7 @@ def run_service_benchmarks(
     (names of :data:`BROKERS`; run in that tuple's order, Kafka first), one broker at a time.
 
     A broker in ``running`` (by name: a test session's, say) is used as it is; any other is
-    started here (:func:`~purgatory.service._dev_broker.open_dev_broker`, tied to this process
+    started here (:func:`~purgatory.devtools.dev_broker.open_dev_broker`, tied to this process
     when called from the main thread) for its half alone and stopped before the next starts.
 
     Raises:

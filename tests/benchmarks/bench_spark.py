@@ -22,7 +22,7 @@ costs.
    reads the ``M`` records and decodes each with :func:`purgatory._codec.decode_callback` (and,
    to show the decoding's share, reads them without decoding). Each run checks it saw ``M`` rows.
 3. **Latency from a Spark write to a Spark read**, through the service (``purgatory serve`` as a
-   process of its own, :func:`purgatory.service._child.service_process`, on 2-partition topics
+   process of its own, :func:`purgatory.devtools.child.service_process`, on 2-partition topics
    of its own): ``K`` operations, one key each, are registered over HTTP; a streaming
    ``purgatory-callbacks`` query (``processingTime`` trigger, 100 ms by default) hands every
    micro-batch to ``foreachBatch``, which collects the rows and stamps them with ``time.time()``.
@@ -72,8 +72,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from purgatory._codec import SignalRecord, decode_callback, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
 from purgatory.client import PurgatoryClient, operation
-from purgatory.service._broker import EmbeddedBroker
-from purgatory.service._child import service_process
+from purgatory.devtools.broker import EmbeddedBroker
+from purgatory.devtools.child import service_process
 from spark_bridge import local_session
 from spark_bridge._callbacks_source import _FETCH_WAIT_MS, _POLL_MS, _probe_ends, _settings
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
@@ -245,7 +245,7 @@ def _consumer(servers: str, **options: Any) -> Any:
 def topic_size(servers: str, topic: str, timeout_s: float = 30.0) -> int:
     """Records in ``topic`` (fresh, so offsets start at 0): the sum of its high watermarks.
 
-    The broker's ListOffsets answer may lag the real end (see :mod:`purgatory.service._broker`),
+    The broker's ListOffsets answer may lag the real end (see :mod:`purgatory.devtools.broker`),
     so each partition is read forward from it until a fetch response says where the end is.
 
     Raises:

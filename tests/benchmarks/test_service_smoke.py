@@ -53,7 +53,7 @@ from tests.benchmarks.bench_service import (
 )
 
 if TYPE_CHECKING:
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 pytestmark = pytest.mark.kafka
 

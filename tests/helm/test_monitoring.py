@@ -22,11 +22,11 @@ import trio
 import trio.testing
 
 from purgatory._core import Engine, EngineConfig
-from purgatory.service._app import run_service
-from purgatory.service._broker import EmbeddedBroker, free_port
-from purgatory.service._metrics import Metrics
-from purgatory.service._outbox_stats import OutboxStatistics
-from purgatory.service._settings import Settings
+from purgatory.devtools.broker import EmbeddedBroker, free_port
+from purgatory.service.app import run_service
+from purgatory.service.egress.stats import OutboxStatistics
+from purgatory.service.settings import Settings
+from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock, CompletionExecutor, Reaper
 from tests.helm._chart import (
     FULLNAME,

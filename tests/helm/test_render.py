@@ -22,8 +22,8 @@ import kubernetes_validate
 import pytest
 
 from purgatory._core import ConfigError, key_group_range_for_operator
-from purgatory.service._settings import Settings
-from purgatory.service._settings import env_name as setting_env
+from purgatory.service.settings import Settings
+from purgatory.service.settings import env_name as setting_env
 from tests.helm._chart import (
     CHART_DIR,
     FULLNAME,

@@ -12,8 +12,8 @@ import pytest
 
 from purgatory._codec import RecordError
 from purgatory._core import ConfigError
-from purgatory.service._reply_to import ReplyToPolicy
-from purgatory.service._settings import Settings
+from purgatory.service.dispatch.reply_to import ReplyToPolicy
+from purgatory.service.settings import Settings
 from tests.helm._chart import chart, render
 from tests.helm.test_values import _environment
 

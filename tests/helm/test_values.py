@@ -1,7 +1,7 @@
 """values.yaml and values.schema.json: every value typed and documented, bad values rejected, and
 the ``config`` section one-to-one with the service's ``PURGATORY_*`` settings.
 
-The service's settings are the reference: ``purgatory.service._settings.Settings`` knows every
+The service's settings are the reference: ``purgatory.service.settings.Settings`` knows every
 variable, its type, range and default, and ``Settings.from_env`` is the parser the pods run.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from purgatory.service._settings import Settings, env_name
+from purgatory.service.settings import Settings, env_name
 from tests.helm._chart import (
     FULLNAME,
     SCENARIOS,

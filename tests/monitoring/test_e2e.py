@@ -47,8 +47,8 @@ from kafka import KafkaProducer
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import Broker
-from purgatory.service._settings import Settings
+from purgatory.devtools.broker import Broker
+from purgatory.service.settings import Settings
 from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
 from tests.monitoring._prometheus import Prometheus, Sample, binary, pause, run_prometheus
 from tests.monitoring.render_rules import rules_spec, write_rules

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import trio
 
 from purgatory._core import TransportError
-from purgatory.service._kafka_config import ConsumedRecord
-from purgatory.service._partitioning import partition_for
-from purgatory.service._transport import OutRecord, SendFailure
+from purgatory.service.kafka.config import ConsumedRecord
+from purgatory.service.kafka.transport import OutRecord, SendFailure
+from purgatory.service.ownership.partitioning import partition_for
 
 __all__ = ["FakeBroker", "FakeTransport"]
 

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from purgatory._core import ConfigError
-from purgatory.service._auth import ANONYMOUS, Authenticator, AuthError
-from purgatory.service._settings import Settings
+from purgatory.service.ingress.http.auth import ANONYMOUS, Authenticator, AuthError
+from purgatory.service.settings import Settings
 
 SPARK = "spark-token-0123456789"
 CLI = "cli-token-0123456789abcdef"

@@ -21,7 +21,7 @@ import pytest
 from kafka import KafkaAdminClient
 
 from purgatory._core import TransportError, UsageError
-from purgatory.service._broker import EmbeddedBroker, free_port
+from purgatory.devtools.broker import EmbeddedBroker, free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -167,7 +167,7 @@ def _cleanup(owner: subprocess.Popen[bytes], children: list[int]) -> None:
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_sigkill_of_purgatory_dev_takes_its_broker_down(tmp_path: Path) -> None:
     out = tmp_path / "dev.log"
-    argv = [sys.executable, "-m", "purgatory.service._cli", "dev"]
+    argv = [sys.executable, "-m", "purgatory.service.cli", "dev"]
     owner = _run_owner([*argv, "--host", "127.0.0.1", "--port", str(free_port())], out)
     brokers: list[int] = []
     try:
@@ -183,7 +183,7 @@ def test_sigkill_of_purgatory_dev_takes_its_broker_down(tmp_path: Path) -> None:
 _SERVICE_OWNER = """\
 import signal, sys
 from pathlib import Path
-from purgatory.service._child import service_process
+from purgatory.devtools.child import service_process
 names = dict(arg.split("=", 1) for arg in sys.argv[3:])
 with service_process(sys.argv[1], Path(sys.argv[2]), names, die_with_parent=True) as child:
     print("service pid", child.pid, flush=True)
@@ -212,7 +212,7 @@ def test_sigkill_of_the_demo_takes_its_service_child_down(
         started = _poll(lambda: b"service pid" in out.read_bytes(), 30.0)
         assert started and owner.poll() is None, out.read_text(errors="replace")
         services = [int(out.read_text().split("service pid", 1)[1].split()[0])]
-        assert _children(owner.pid, b"purgatory.service._cli") == services
+        assert _children(owner.pid, b"purgatory.service.cli") == services
         _kill_owner_and_check(owner, services)
     finally:
         _cleanup(owner, services)

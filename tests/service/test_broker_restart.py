@@ -26,7 +26,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.errors import KafkaTimeoutError
 
-from purgatory.service._kafka_broker import KafkaBroker
+from purgatory.devtools.kafka_broker import KafkaBroker
 from tests.service.test_e2e import _settings
 from tests.service.test_sigkill import (
     READY_BOUND_S,

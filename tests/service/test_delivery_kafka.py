@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import ApiError
-from purgatory.service._broker import Broker
-from purgatory.service._kafka import KafkaClientConfig, open_kafka_sink
-from purgatory.service._transport import OutRecord
+from purgatory.devtools.broker import Broker
+from purgatory.service.kafka.clients import KafkaClientConfig, open_kafka_sink
+from purgatory.service.kafka.transport import OutRecord
 from tests.service.test_e2e import _settings, consume, produce, service
 
 pytestmark = pytest.mark.kafka

@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
+from purgatory.devtools.demo import run_demo, summarize
 from purgatory.service import main
-from purgatory.service._demo import run_demo, summarize
 from reaper import Clock
 
 

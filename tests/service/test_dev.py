@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from purgatory._core import ConfigError, TransportError
-from purgatory.service import _kafka_broker as kafka_broker_module
+from purgatory.devtools import kafka_broker as kafka_broker_module
+from purgatory.devtools.broker import MISSING_TANSU, EmbeddedBroker, free_port
+from purgatory.devtools.dev_broker import DEV_BROKER_ENV, dev_broker_kind, open_dev_broker
 from purgatory.service import main
-from purgatory.service._broker import MISSING_TANSU, EmbeddedBroker, free_port
-from purgatory.service._dev_broker import DEV_BROKER_ENV, dev_broker_kind, open_dev_broker
 
 
 @pytest.fixture(autouse=True)

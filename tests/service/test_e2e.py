@@ -35,9 +35,9 @@ from purgatory._codec import (
 )
 from purgatory._core import Condition, TimeDomain
 from purgatory.client import ApiError, AsyncPurgatoryClient, PurgatoryClient
-from purgatory.service._app import run_service
-from purgatory.service._broker import Broker, free_port
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import Broker, free_port
+from purgatory.service.app import run_service
+from purgatory.service.settings import Settings, env_name
 
 pytestmark = pytest.mark.kafka
 
@@ -424,7 +424,7 @@ def test_sigterm_drains_and_flushes_every_accepted_outcome(
     }
     log = (tmp_path / "service.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "purgatory.service._cli", "serve"],
+        [sys.executable, "-m", "purgatory.service.cli", "serve"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

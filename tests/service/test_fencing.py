@@ -23,9 +23,9 @@ import trio.testing
 
 from purgatory._codec import encode_callback
 from purgatory._core import Engine, replay_journal
-from purgatory.service._app import Service
-from purgatory.service._changelog import decode_journal_record, fresh_entries, reach
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service
+from purgatory.service.journal.changelog import decode_journal_record, fresh_entries, reach
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 from tests.service.test_durability import (

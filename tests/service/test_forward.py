@@ -17,12 +17,12 @@ import trio.testing
 
 from purgatory._core import ConfigError, UsageError
 from purgatory._core._key_groups import key_group_range_for_operator
-from purgatory.service._app import Service, topics_of
-from purgatory.service._forward import FORWARDED_BY, Forwarded, Forwarder
-from purgatory.service._http import build_app
-from purgatory.service._owners import StaticOwners
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service, topics_of
+from purgatory.service.ingress.http.app import build_app
+from purgatory.service.ownership.forward import FORWARDED_BY, Forwarded, Forwarder
+from purgatory.service.ownership.owners import StaticOwners
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 

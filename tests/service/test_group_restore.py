@@ -12,10 +12,10 @@ import trio
 
 from purgatory._codec import SignalRecord, encode_signal
 from purgatory.client import AsyncPurgatoryClient
-from purgatory.service._app import run_service
-from purgatory.service._broker import Broker, free_port
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings
+from purgatory.devtools.broker import Broker, free_port
+from purgatory.service.app import run_service
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings
 from tests.service.test_e2e import PARTITIONS, _consume, _settings, produce, register
 
 pytestmark = pytest.mark.kafka

@@ -14,12 +14,12 @@ import trio
 import trio.testing
 
 from purgatory.client import ApiError, AsyncPurgatoryClient
-from purgatory.service._app import Service, topics_of
-from purgatory.service._auth import Authenticator
-from purgatory.service._http import build_app
-from purgatory.service._http_routes import ROUTES
-from purgatory.service._openapi import build_openapi, load_openapi
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service, topics_of
+from purgatory.service.ingress.http.app import build_app
+from purgatory.service.ingress.http.auth import Authenticator
+from purgatory.service.ingress.http.openapi import build_openapi, load_openapi
+from purgatory.service.ingress.http.routes import ROUTES
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 
@@ -316,7 +316,8 @@ async def test_probes_metrics_and_the_served_openapi_document(
 
 def test_the_openapi_document_in_the_repository_is_up_to_date() -> None:
     assert load_openapi() == build_openapi(), (
-        "regenerate: python -m purgatory.service._openapi > purgatory/service/openapi.json"
+        "regenerate: python -m purgatory.service.ingress.http.openapi"
+        " > purgatory/service/ingress/http/openapi.json"
     )
 
 

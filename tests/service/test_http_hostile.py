@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 from purgatory._codec import Limits, RecordError, decode_request, decode_signal
 from purgatory._codec._json import MAX_DEPTH, MAX_PAYLOAD_DEPTH, nesting
 from purgatory._core import EngineConfig
-from purgatory.service._auth import Authenticator
-from purgatory.service._http import HttpConfig, build_app
-from purgatory.service._http_routes import ROUTES
-from purgatory.service._http_server import server_config
-from purgatory.service._state import ServiceState
+from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.ingress.http.app import HttpConfig, build_app
+from purgatory.service.ingress.http.auth import Authenticator
+from purgatory.service.ingress.http.routes import ROUTES
+from purgatory.service.ingress.http.server import server_config
 from tests.service.test_http import Harness, running
 
 JSON_ROUTES = [route for route in ROUTES if route.body is not None]
@@ -225,7 +225,7 @@ async def test_query_integers_are_ascii_digits_or_a_422_naming_them(
 
 async def test_a_forwarded_long_poll_with_a_bad_timeout_is_not_a_500() -> None:
     # The wait added to a forward's timeout reads the same parameter, leniently.
-    from purgatory.service._http_common import _wait_s  # noqa: PLC0415 - a private helper
+    from purgatory.service.ingress.http.requests import _wait_s  # noqa: PLC0415 - a private helper
 
     class _Request:
         def __init__(self, value: str) -> None:

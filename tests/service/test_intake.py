@@ -22,10 +22,10 @@ import trio.testing
 
 from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
-from purgatory.service._app import Service, topics_of
-from purgatory.service._changelog import decode_journal_record
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service, topics_of
+from purgatory.service.journal.changelog import decode_journal_record
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 

@@ -13,8 +13,8 @@ import trio
 
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import ApiError
-from purgatory.service._broker import Broker
-from purgatory.service._partitioning import partition_for
+from purgatory.devtools.broker import Broker
+from purgatory.service.ownership.partitioning import partition_for
 from tests.service.test_e2e import PARTITIONS, _consume, consume, service
 
 pytestmark = pytest.mark.kafka

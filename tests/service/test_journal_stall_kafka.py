@@ -30,8 +30,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory.client import operation
-from purgatory.service._kafka_broker import KafkaBroker
-from purgatory.service._partitioning import partition_for
+from purgatory.devtools.kafka_broker import KafkaBroker
+from purgatory.service.ownership.partitioning import partition_for
 from tests.service.test_e2e import PARTITIONS, _settings
 from tests.service.test_sigkill import READY_BOUND_S, CallbackReader, Child, _pause
 

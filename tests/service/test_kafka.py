@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from purgatory._core import ConfigError, TransportError, UsageError
-from purgatory.service import _kafka
-from purgatory.service._broker import Broker, EmbeddedBroker, free_port
-from purgatory.service._kafka import (
+from purgatory.devtools.broker import Broker, EmbeddedBroker, free_port
+from purgatory.service.kafka import clients as _kafka
+from purgatory.service.kafka.clients import (
     ConsumedRecord,
     KafkaClientConfig,
     KafkaSource,

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from purgatory.service._kafka_assignor import CoPartitionedAssignor
+from purgatory.service.kafka.assignor import CoPartitionedAssignor
 
 
 @dataclass

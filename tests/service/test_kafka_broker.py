@@ -16,9 +16,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from purgatory._core import TransportError, UsageError
-from purgatory.service._broker import Broker, EmbeddedBroker
-from purgatory.service._kafka_broker import KafkaBroker
-from purgatory.service._kafka_config import no_topic_creation
+from purgatory.devtools.broker import Broker, EmbeddedBroker
+from purgatory.devtools.kafka_broker import KafkaBroker
+from purgatory.service.kafka.config import no_topic_creation
 from tests.service.test_broker import (
     _cleanup,
     _dead,
@@ -197,7 +197,7 @@ def test_die_with_parent_off_the_main_thread_is_a_usage_error() -> None:
 _OWNER = """\
 import signal, sys
 from pathlib import Path
-from purgatory.service._kafka_broker import KafkaBroker
+from purgatory.devtools.kafka_broker import KafkaBroker
 broker = KafkaBroker(data_dir=Path(sys.argv[1]), die_with_parent=True)
 broker.start()
 print("broker pid", broker.pid, flush=True)

@@ -9,8 +9,8 @@ import pytest
 
 from purgatory._core import ConfigError
 from purgatory._kafka_options import kafka_connection_problems, service_variable
-from purgatory.service._kafka_config import KafkaClientConfig
-from purgatory.service._settings import Settings
+from purgatory.service.kafka.config import KafkaClientConfig
+from purgatory.service.settings import Settings
 
 SERVERS = {"bootstrap_servers": "kafka:9092"}
 SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}

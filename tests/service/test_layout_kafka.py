@@ -23,10 +23,10 @@ import trio
 from kafka.admin import KafkaAdminClient, NewPartitions
 
 from purgatory._core import ConfigError
-from purgatory.service._app import run_service
-from purgatory.service._broker import Broker, free_port
-from purgatory.service._kafka_broker import KafkaBroker
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import Broker, free_port
+from purgatory.devtools.kafka_broker import KafkaBroker
+from purgatory.service.app import run_service
+from purgatory.service.settings import Settings, env_name
 
 pytestmark = pytest.mark.kafka
 
@@ -97,7 +97,7 @@ def test_serve_refuses_a_journal_of_fewer_partitions(kafka_broker: Broker) -> No
         env_name("kafka_static_partitions"): ",".join(map(str, range(JOURNAL_PARTITIONS))),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "purgatory.service._cli", "serve"],
+        [sys.executable, "-m", "purgatory.service.cli", "serve"],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,

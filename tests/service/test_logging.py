@@ -12,7 +12,7 @@ import pytest
 import structlog
 
 from purgatory._core import ConfigError
-from purgatory.service._logging import configure_logging, get_logger
+from purgatory.service.telemetry.logging import configure_logging, get_logger
 
 _module_logger = get_logger(component="test")  # created before any configuration
 

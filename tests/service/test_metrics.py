@@ -10,9 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
-from purgatory.service._changelog import ChangelogStatistics
-from purgatory.service._layout import CountChange, LayoutStatus
-from purgatory.service._metrics import (
+from purgatory.service.egress.stats import OutboxStatistics
+from purgatory.service.journal.changelog import ChangelogStatistics
+from purgatory.service.journal.snapshot_watch import SnapshotStatus
+from purgatory.service.journal.supervisor import SupervisorStatistics
+from purgatory.service.ownership.layout import CountChange, LayoutStatus
+from purgatory.service.telemetry.metrics import (
     DEAD_LETTER_REASONS,
     LATENCY_BUCKETS_S,
     REGISTRATION_RESULTS,
@@ -20,9 +23,6 @@ from purgatory.service._metrics import (
     Metrics,
     PartitionStatus,
 )
-from purgatory.service._outbox_stats import OutboxStatistics
-from purgatory.service._snapshot_watch import SnapshotStatus
-from purgatory.service._supervisor import SupervisorStatistics
 from reaper import ExecutorStatistics, ReaperStatistics
 
 ENGINE = EngineStatistics(

@@ -11,13 +11,13 @@ import trio
 import trio.testing
 
 from purgatory._core import UsageError
-from purgatory.service._app import limits_of
-from purgatory.service._intake import run_intake
-from purgatory.service._kafka_config import ConsumedRecord
-from purgatory.service._outbox import Outbox
-from purgatory.service._overview import Overview, ui_page
-from purgatory.service._recent import MAX_TEXT, Recent, Ring
-from purgatory.service._transport import OutRecord, SendFailure
+from purgatory.service.app import limits_of
+from purgatory.service.egress.outbox import Outbox
+from purgatory.service.ingress.intake import run_intake
+from purgatory.service.kafka.config import ConsumedRecord
+from purgatory.service.kafka.transport import OutRecord, SendFailure
+from purgatory.service.ops.overview import Overview, ui_page
+from purgatory.service.ops.recent import MAX_TEXT, Recent, Ring
 from reaper import Clock, CompletionExecutor
 from tests.service.test_http import EPOCH_MS, Harness, running
 

@@ -15,8 +15,8 @@ from purgatory._core._errors import UsageError
 from purgatory._core._footprint import operation_bytes, signal_bytes
 from purgatory._core._model import SignalFact
 from purgatory._core._snapshot import restore_engine, snapshot_engine
-from purgatory.service._quotas import MEMORY_BASE_BYTES, OWNER_BYTES, RESTORED_CLIENT
-from purgatory.service._state import ServiceState
+from purgatory.service.dispatch.admission import MEMORY_BASE_BYTES, OWNER_BYTES, RESTORED_CLIENT
+from purgatory.service.dispatch.partitions import ServiceState
 
 DAY_MS = 86_400_000
 

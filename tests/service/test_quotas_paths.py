@@ -15,9 +15,9 @@ import trio.testing
 
 from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
-from purgatory.service._app import Service, topics_of
-from purgatory.service._quotas import MEMORY_BASE_BYTES
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service, topics_of
+from purgatory.service.dispatch.admission import MEMORY_BASE_BYTES
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 from tests.service.test_http import serving

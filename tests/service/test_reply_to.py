@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from purgatory._codec import RecordError, encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import ConfigError
-from purgatory.service._app import Service, topics_of
-from purgatory.service._reply_to import DEFAULT_PREFIX, ReplyToPolicy
-from purgatory.service._settings import Settings
+from purgatory.service.app import Service, topics_of
+from purgatory.service.dispatch.reply_to import DEFAULT_PREFIX, ReplyToPolicy
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
 from tests.service.test_http import running

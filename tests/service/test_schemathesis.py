@@ -28,10 +28,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from purgatory.service._http_routes import ROUTES
-from purgatory.service._http_server import server_config
-from purgatory.service._http_table import ApiRoute
-from purgatory.service._settings import Settings
+from purgatory.service.ingress.http.routes import ROUTES
+from purgatory.service.ingress.http.server import server_config
+from purgatory.service.ingress.http.table import ApiRoute
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.test_http import serving
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from purgatory._core import ConfigError, EngineConfig
-from purgatory.service._settings import (
+from purgatory.service.settings import (
     LogFormat,
     LogLevel,
     SaslMechanism,

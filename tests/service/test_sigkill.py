@@ -55,9 +55,9 @@ from purgatory._codec import (
 )
 from purgatory._core import TransportError
 from purgatory.client import ApiError, PurgatoryClient, operation
-from purgatory.service._broker import Broker
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import Broker
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings, env_name
 from tests.service.test_e2e import PARTITIONS, Deadline, _settings
 
 pytestmark = pytest.mark.kafka
@@ -150,7 +150,7 @@ class Child:
         self.spawned_ms = _wall_ms()
         self._spawned_s = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "purgatory.service._cli", "serve"],
+            [sys.executable, "-m", "purgatory.service.cli", "serve"],
             env=self._env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -48,11 +48,11 @@ from kafka import KafkaProducer
 
 from purgatory._core import TransportError
 from purgatory.client import ApiError, PurgatoryClient
-from purgatory.service._broker import Broker, free_port
-from purgatory.service._kafka_broker import KafkaBroker
-from purgatory.service._owners import range_owner
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings
+from purgatory.devtools.broker import Broker, free_port
+from purgatory.devtools.kafka_broker import KafkaBroker
+from purgatory.service.ownership.owners import range_owner
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings
 from tests.service.test_e2e import PARTITIONS, _settings
 from tests.service.test_sigkill import (
     READY_BOUND_S,

@@ -11,9 +11,9 @@ import trio.testing
 
 from purgatory._core import TransportError
 from purgatory._core._manifest import encode_manifest, split_snapshot
-from purgatory.service._kafka_config import ConsumedRecord
-from purgatory.service._snapshot_watch import LOOK_BACK_RECORDS, SnapshotWatch
-from purgatory.service._snapshots import CHUNK_KEY, MANIFEST_KEY
+from purgatory.service.journal.snapshot_watch import LOOK_BACK_RECORDS, SnapshotWatch
+from purgatory.service.journal.snapshots import CHUNK_KEY, MANIFEST_KEY
+from purgatory.service.kafka.config import ConsumedRecord
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeReader
 

@@ -13,11 +13,11 @@ import trio.testing
 from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import snapshot_engine
-from purgatory.service._app import Service, topics_of
-from purgatory.service._restore import Progress, restore_partition
-from purgatory.service._settings import Settings
-from purgatory.service._snapshots import CHUNK_KEY, MANIFEST_KEY, find_latest, write_snapshot
-from purgatory.service._snapshotter import Snapshotter
+from purgatory.service.app import Service, topics_of
+from purgatory.service.journal.restore import Progress, restore_partition
+from purgatory.service.journal.snapshots import CHUNK_KEY, MANIFEST_KEY, find_latest, write_snapshot
+from purgatory.service.journal.snapshotter import Snapshotter
+from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeReader, FakeTransport
 

@@ -19,8 +19,12 @@ import structlog
 import trio
 import trio.testing
 
-from purgatory.service._broker import with_pdeathsig
-from purgatory.service._supervisor import Supervisor, exit_fields, start_process
+from purgatory.service.journal.supervisor import (
+    Supervisor,
+    exit_fields,
+    start_process,
+    with_pdeathsig,
+)
 
 
 class FakeChild:

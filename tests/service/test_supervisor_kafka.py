@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory._core._manifest import decode_manifest
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import Broker
-from purgatory.service._child import service_process
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings, env_name
-from purgatory.service._snapshots import MANIFEST_KEY
+from purgatory.devtools.broker import Broker
+from purgatory.devtools.child import service_process
+from purgatory.service.journal.snapshots import MANIFEST_KEY
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings, env_name
 from tests.service.test_e2e import PARTITIONS, _settings
 
 pytestmark = pytest.mark.kafka

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from purgatory.service._top import _relative, render_top
+from purgatory.service.ops.top import _relative, render_top
 
 NOW = 1_800_000_000_000
 

@@ -31,7 +31,7 @@ import pytest
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from purgatory.service._broker import Broker, free_port
+from purgatory.devtools.broker import Broker, free_port
 from tests.service.test_e2e import _settings
 from tests.service.test_sigkill import (
     READY_BOUND_S,

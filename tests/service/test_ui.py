@@ -37,10 +37,10 @@ import pytest
 from playwright.sync_api import Page, ViewportSize, expect, sync_playwright
 
 from purgatory.client import PurgatoryClient
-from purgatory.service._broker import Broker
-from purgatory.service._child import service_process
-from purgatory.service._partitioning import partition_for
-from purgatory.service._settings import Settings, env_name
+from purgatory.devtools.broker import Broker
+from purgatory.devtools.child import service_process
+from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.settings import Settings, env_name
 from tests.service.test_e2e import PARTITIONS, Deadline, _produce, _settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]

@@ -11,7 +11,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from tests.spark_bridge._support import failure, writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from purgatory._codec import encode_callback, outcome_id
 from purgatory._core import ConfigError, Outcome, OutcomeKind, TimeDomain
-from purgatory.service._broker import free_port
+from purgatory.devtools.broker import free_port
 from spark_bridge._callbacks_source import (
     SCHEMA,
     CallbacksDataSource,
@@ -33,7 +33,7 @@ from spark_bridge._writer import kafka_target
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

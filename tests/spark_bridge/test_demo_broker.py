@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from purgatory.service import _kafka_broker as kafka_broker_module
-from purgatory.service._broker import MISSING_TANSU
-from purgatory.service._dev_broker import DEV_BROKER_ENV
+from purgatory.devtools import kafka_broker as kafka_broker_module
+from purgatory.devtools.broker import MISSING_TANSU
+from purgatory.devtools.dev_broker import DEV_BROKER_ENV
 from spark_bridge import demo
 
 

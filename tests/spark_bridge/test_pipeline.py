@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from purgatory.service._child import service_process
+from purgatory.devtools.child import service_process
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -31,7 +31,7 @@ from spark_bridge.examples.inactivity import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from purgatory._codec import SignalRecord, WatermarkRecord, decode_signal
-from purgatory.service._broker import free_port
+from purgatory.devtools.broker import free_port
 from spark_bridge._signals_sink import SignalsDataSource
 from tests.spark_bridge._support import failure, read_records
 from tests.spark_bridge._support import writer as sink_writer
@@ -19,7 +19,7 @@ from tests.spark_bridge._support import writer as sink_writer
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from purgatory.service._broker import Broker
+    from purgatory.devtools.broker import Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

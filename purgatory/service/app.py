@@ -1,0 +1,647 @@
+"""The composition root (service layer): builds the parts and runs them in one nursery.
+
+::
+
+    RecordSource --> intake --+                 journal entries --> Changelog (write-ahead)
+    HTTP (hypercorn) ---------+--> ServiceState ------------------------+ acknowledged:
+    reaper: sleeps to the ----+    (one engine per                      v
+      next deadline                 input partition)  outcomes --> Outbox --> callbacks, dead
+    follow_assignment: restores                                     letters, acks (waiters,
+      each partition it is given                                    metrics), offset commits
+
+Each part is an object with a name on :class:`Service` (``state``, ``changelog``, ``outbox``,
+``executor``, ``reaper``, ``app``, and ``recent`` and ``overview`` for the operators' page at
+``/ui``), so a test can build the service over any
+:class:`~purgatory.service.kafka.transport.Transport` (the in-memory fake included) and drive or
+inspect one part alone.
+
+Before anything starts, the topics keyed by scope must share one partition count, and while
+the service runs a change of one stops its inputs (:mod:`purgatory.service.ownership.layout`).
+
+Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
+the reaper); decide every expiration already due; flush the journal; close the outbox and let it
+send, await the
+acknowledgement of, and commit everything decided before the stop, within
+``shutdown_grace_ms``; then close the producer. A stop that could not deliver everything in time
+raises :class:`~purgatory._core.TransportError` naming how many records were left (the process
+exits 1), never silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import signal as signals
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from hypercorn.trio import serve
+
+from purgatory._codec import Limits
+from purgatory._core import Outcome, TransportError, UsageError
+from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.reply_to import ReplyToPolicy
+from purgatory.service.egress.outbox import Outbox
+from purgatory.service.ingress.http.app import HttpConfig, build_app
+from purgatory.service.ingress.http.auth import Authenticator
+from purgatory.service.ingress.http.openapi import load_openapi
+from purgatory.service.ingress.http.server import server_config
+from purgatory.service.ingress.intake import run_intake
+from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
+from purgatory.service.journal.restore import Progress, follow_assignment
+from purgatory.service.kafka.clients import KafkaClientConfig, KafkaTransport
+from purgatory.service.kafka.transport import LogReader, RecordSink, RecordSource, Transport
+from purgatory.service.ops.overview import Overview
+from purgatory.service.ops.recent import Recent
+from purgatory.service.ownership.forward import Forwarder, new_forwarder
+from purgatory.service.ownership.layout import TopicLayout
+from purgatory.service.ownership.owners import StaticOwners
+from purgatory.service.settings import Settings
+from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.metrics import Metrics, PartitionStatus
+from reaper import Clock, CompletionExecutor, Reaper
+
+__all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
+
+_log = get_logger()
+
+#: After a fence, a partition waits this long (doubling per fence in a row, up to the most;
+#: with jitter) before it is restored again: two writers on one partition (a misconfiguration)
+#: then take turns instead of fencing each other on every batch.
+FENCE_BACKOFF_S = 0.5
+FENCE_BACKOFF_MAX_S = 10.0
+_FENCE_STREAK_RESET_S = 300.0
+
+
+def limits_of(settings: Settings) -> Limits:
+    """The record limits configured in ``settings``."""
+    return Limits(
+        max_keys_per_operation=settings.max_keys_per_operation,
+        max_key_bytes=settings.max_key_bytes,
+        max_scope_bytes=settings.max_scope_bytes,
+        max_op_id_bytes=settings.max_op_id_bytes,
+        max_payload_bytes=settings.max_payload_bytes,
+        max_record_bytes=settings.max_record_bytes,
+    )
+
+
+def kafka_config(settings: Settings) -> KafkaClientConfig:
+    """The Kafka client settings (TLS and SASL included) from ``settings``."""
+    return KafkaClientConfig(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        client_id=settings.kafka_client_id,
+        security_protocol=settings.kafka_security_protocol,
+        sasl_mechanism=settings.kafka_sasl_mechanism,
+        sasl_username=settings.kafka_sasl_username,
+        sasl_password=settings.kafka_sasl_password,
+        ssl_cafile=settings.kafka_ssl_cafile,
+        ssl_certfile=settings.kafka_ssl_certfile,
+        ssl_keyfile=settings.kafka_ssl_keyfile,
+    )
+
+
+async def _stop_on_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signals.SIGTERM, signals.SIGINT) as received:
+        async for _ in received:
+            stop.set()
+            return
+
+
+def topics_of(settings: Settings) -> tuple[str, ...]:
+    """Every topic the service reads or writes (reply_to topics aside)."""
+    return (
+        settings.topic_requests,
+        settings.topic_signals,
+        settings.topic_callbacks,
+        settings.topic_dead_letters,
+        settings.topic_changelog,
+        settings.topic_snapshots,
+    )
+
+
+def kafka_transport(settings: Settings) -> KafkaTransport:
+    """The kafka-python transport configured by ``settings``."""
+    return KafkaTransport(
+        kafka_config(settings),
+        linger_ms=settings.kafka_linger_ms,
+        max_request_bytes=settings.max_record_bytes + 4096,
+        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+        advertised_url=settings.advertised_url,
+        group_instance_id=settings.kafka_group_instance_id,
+        close_timeout_ms=settings.shutdown_grace_ms,
+    )
+
+
+@dataclass
+class Service:
+    """The service's parts over one source and one sink, wired; :meth:`run` runs them.
+
+    Args:
+        settings: the configuration.
+        clock: the time source.
+        source: where requests and signals come from.
+        sink: where callbacks, dead letters and the journal go.
+        reader: reads the changelog at restore (None: partitions start empty; required with
+            ``settings.journal``).
+    """
+
+    settings: Settings
+    clock: Clock
+    source: RecordSource
+    sink: RecordSink
+    reader: LogReader | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    ready: bool = False
+    jitter: random.Random = field(default_factory=random.Random)  # of the back-off after a fence
+
+    def __post_init__(self) -> None:
+        settings, clock = self.settings, self.clock
+        requests, signals = settings.topic_requests, settings.topic_signals
+        self.input_topics = (requests, signals)
+        # Checked against the other topics' when the service runs (TopicLayout.check).
+        partitions = self.source.partition_count(requests)
+        if settings.journal and self.reader is None:
+            raise UsageError("a journaled service needs a reader of the changelog")
+        self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
+        self.metrics.expect_records(
+            consumed=(settings.topic_requests, settings.topic_signals),
+            produced=(settings.topic_callbacks, settings.topic_dead_letters),
+        )
+        self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
+        self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
+        self.recent = Recent(clock.now_ms)
+        self.outbox = Outbox(
+            self.sink,
+            self.executor,
+            clock,
+            callbacks_topic=settings.topic_callbacks,
+            dead_letters_topic=settings.topic_dead_letters,
+            max_record_bytes=settings.max_record_bytes,
+            commit=self.source.commit,
+            on_delivered=self._delivered,
+            on_dead_lettered=self.recent.dead_letter,
+            metrics=self.metrics,
+            reply_to_timeout_ms=settings.reply_to_timeout_ms,
+        )
+        self.changelog: Changelog | None = None
+        self.gate: Gate = NoJournal()
+        if settings.journal:
+            self.changelog = Changelog(
+                self.sink,
+                topic=settings.topic_changelog,
+                max_record_bytes=settings.max_record_bytes,
+                delivered=self._acked,
+                on_fenced=self._fenced,
+                wait_ms=settings.journal_wait_ms,
+            )
+            self.gate = self.changelog
+        self.state = ServiceState(
+            settings.to_engine_config(),
+            partitions=partitions,
+            now_ms=clock.now_ms,
+            max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
+            wake=self._wake,
+            wake_now=self._wake_now,
+            metrics=self.metrics,
+            deliver=self._decided,
+            journal_for=self.changelog.journal_for if self.changelog is not None else None,
+            resend=self.outbox.put,
+            reply_to=ReplyToPolicy.from_settings(settings),
+            max_pending_per_client=settings.max_pending_per_client,
+            max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
+            max_memory_bytes=settings.max_memory_bytes,
+        )
+        self.restores: dict[int, Progress] = {}
+        self.fences: dict[int, int] = {}  # partition -> times fenced
+        self._fence_streak: dict[int, tuple[int, float]] = {}  # partition -> (in a row, last)
+        self._fence_until: dict[int, float] = {}  # partition -> when it may be restored again
+        self.source.on_revoke(self._hand_over)
+        self.owners: StaticOwners | None = None
+        self.forwarder: Forwarder | None = None
+        if settings.peer_urls is not None and settings.replica_ordinal is not None:
+            self.owners = StaticOwners(settings.peer_urls, settings.replica_ordinal, partitions)
+            if settings.kafka_static_partitions is None or sorted(
+                settings.kafka_static_partitions
+            ) != list(self.owners.own()):
+                raise UsageError(
+                    f"PURGATORY_KAFKA_STATIC_PARTITIONS must be the partitions replica"
+                    f" {settings.replica_ordinal} of {len(settings.peer_urls)} owns by"
+                    f" PURGATORY_PEER_URLS ({','.join(map(str, self.owners.own()))}), got"
+                    f" {settings.kafka_static_partitions}"
+                )
+            self.forwarder = new_forwarder(me=str(settings.replica_ordinal))
+        elif settings.advertised_url is not None and settings.kafka_static_partitions is None:
+            self.forwarder = new_forwarder(me=settings.advertised_url)
+        self.reaper = Reaper(
+            self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
+        )
+        self.metrics.bind(
+            engine_stats=self.state.engine_statistics,
+            executor_stats=self.executor.statistics,
+            reaper_stats=self.reaper.statistics,
+            outbox_stats=self.outbox.statistics,
+            consumer_lag=self.source.lag,
+            ready=self.is_ready,
+            partitions=self.partition_status,
+            journal=self.changelog.statistics if self.changelog is not None else None,
+        )
+        self.layout = TopicLayout(
+            settings, self.source, self.reader, on_change=self.state.stop_inputs
+        )
+        self.metrics.bind_layout(self.layout.statistics)
+        self.overview = Overview(
+            self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
+        )
+        self.http_config = HttpConfig(
+            limits=limits_of(settings),
+            max_request_bytes=settings.max_request_bytes,
+            max_batch=settings.max_batch,
+            max_wait_ms=settings.max_wait_ms,
+            authenticator=Authenticator(settings.client_tokens()),
+            ready=self.is_ready,
+            readiness=self.readiness,
+            metrics=self.metrics.render,
+            openapi=load_openapi(),
+            observe=self.metrics.http_request,
+            count_registration=self.metrics.registration,
+            forwarder=self.forwarder,
+            owner_url=self._owner_url,
+            overview=self.overview.snapshot,
+        )
+        self.app = build_app(self.state, self.http_config, self.gate)
+
+    def is_ready(self) -> bool:
+        """Serving, taking inputs (the topics' partition counts did not change), holding
+        partitions (a group may not have assigned any yet), and every one of them restored."""
+        return (
+            self.ready
+            and self.state.inputs_stopped is None
+            and bool(self._held())
+            and self._caught_up()
+        )
+
+    def partition_status(self) -> list[PartitionStatus]:
+        """The input partitions held now: served, restoring (and how far), or fenced."""
+        serving = self.state.serving()
+        restoring = self.state.restoring_now()
+        held = serving | restoring | {p for p in self._held() if self._holding_off(p)}
+        now = trio.current_time()
+        statuses = []
+        for partition in sorted(held):
+            progress = self.restores.get(partition)
+            records = progress.records if progress is not None else 0
+            seconds = 0.0
+            if progress is not None:
+                seconds = (
+                    progress.seconds if progress.seconds is not None else now - progress.started_s
+                )
+            state = (
+                "serving"
+                if partition in serving
+                else "restoring"
+                if partition in restoring
+                else "fenced"
+            )
+            statuses.append(
+                PartitionStatus(
+                    partition,
+                    partition in serving,
+                    records,
+                    seconds,
+                    state=state,
+                    fenced=self.fences.get(partition, 0),
+                )
+            )
+        return statuses
+
+    def readiness(self) -> dict[str, object]:
+        """``/readyz``: whether the service serves, each held partition's restore, the topics'
+        partition counts, once a count changed why no input is taken, and the journal's state
+        (a stalled journal does not make the replica unready: see :meth:`journal_status`)."""
+        layout = self.layout.statistics()
+        return {
+            "ready": self.is_ready(),
+            "journal": self.journal_status(),
+            "topics": dict(layout.counts),
+            "inputs_stopped": layout.inputs_stopped,
+            "partitions": {
+                str(s.partition): {
+                    "state": s.state,
+                    "restore_records": s.records,
+                    "restore_seconds": round(s.seconds, 3),
+                    "fenced": s.fenced,
+                }
+                for s in self.partition_status()
+            },
+        }
+
+    def journal_status(self) -> dict[str, object]:
+        """The journal in ``/readyz``: ``ok``, ``stalled`` (its oldest unacknowledged entry has
+        waited ``PURGATORY_JOURNAL_WAIT_MS`` or longer) or ``off``, and that wait in seconds.
+
+        A stalled journal leaves the replica ready (``/readyz`` 200): the broker is usually
+        unreachable for every replica at once, and a failing readiness probe would take them
+        all out of the Service, turning the writes' 503 with Retry-After, which clients retry,
+        into refused connections; and no other replica could take this one's partitions
+        anyway. The body and ``purgatory_journal_stalled`` say it instead.
+        """
+        if self.changelog is None:
+            return {"state": "off", "unacknowledged_seconds": 0.0}
+        stats = self.changelog.statistics()
+        return {
+            "state": "stalled" if stats.stalled else "ok",
+            "unacknowledged_seconds": round(stats.unacknowledged_s, 3),
+        }
+
+    async def follow_assignment(self) -> None:
+        """Restore and serve each input partition the source is given; drop each one taken
+        away (runs until cancelled)."""
+        settings = self.settings
+        await follow_assignment(
+            self.source,
+            self.state,
+            self.reader if settings.journal else None,
+            changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
+            input_topics=self.input_topics,
+            clock=self.clock,
+            progress=self.restores,
+            commit=self.outbox.put_commit,
+            took=self.changelog.expect if self.changelog is not None else None,
+            taken=self.metrics.partition_taken,
+            hold_off=self._held_back,
+        )
+
+    def _held(self) -> set[int]:
+        """The input partitions the source holds now."""
+        return {p for t, p in self.source.assignment() if t in self.input_topics}
+
+    def _caught_up(self) -> bool:
+        """Every input partition held is restored and served."""
+        return self._held() <= self.state.serving()
+
+    async def _hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
+        """A rebalance takes partitions away: stop applying them, wait until everything they
+        journaled is durable and everything they decided is delivered, and write their
+        delivered marks, so their next owner restores all of it and re-sends nothing."""
+        taken_partitions = {p for t, p in taken if t in self.input_topics}
+        partitions = sorted(taken_partitions & self.state.serving())
+        for partition in taken_partitions:  # a restore under way is not served when it ends
+            self.state.drop(partition, keep_acked=partition in partitions)
+            self.restores.pop(partition, None)
+            if self.changelog is not None:
+                self.changelog.forget(partition)
+        done = False
+        with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
+            await self.gate.durable()
+            if self.changelog is not None and not self.outbox.closed:
+                await self.outbox.acknowledged()
+                await self.changelog.mark_delivered(partitions)
+            done = True
+        for partition in partitions:
+            self.state.forget_acked(partition)
+        _log.info("partitions_handed_over", partitions=partitions, complete=done)
+
+    def _owner_url(self, partition: int) -> str | None:
+        """Where to forward a request for ``partition`` (None: nowhere)."""
+        if self.owners is not None:
+            return self.owners.url_of(partition)
+        url = self.source.owner_urls().get(partition)
+        return None if url is None or url == self.settings.advertised_url else url.rstrip("/")
+
+    def _fenced(self, partition: int) -> None:
+        """Another writer wrote to ``partition``'s changelog: stop serving it; the assignment
+        follower restores it again from the changelog (if it is still ours) after a back-off
+        that doubles while the fences go on (a second writer that stays is a
+        misconfiguration: the log, the metric and ``/readyz`` say so)."""
+        self.state.drop(partition)
+        self.restores.pop(partition, None)
+        self.metrics.partition_fenced(partition)
+        self.fences[partition] = self.fences.get(partition, 0) + 1
+        now = trio.current_time()
+        streak, last = self._fence_streak.get(partition, (0, now))
+        streak = streak + 1 if now - last < _FENCE_STREAK_RESET_S else 1
+        self._fence_streak[partition] = (streak, now)
+        delay = min(FENCE_BACKOFF_MAX_S, FENCE_BACKOFF_S * 2 ** (streak - 1))
+        delay *= self.jitter.uniform(0.5, 1.0)  # two writers must not retry in step
+        self._fence_until[partition] = now + delay
+        _log.warning(
+            "partition_restore_deferred",
+            partition=partition,
+            seconds=round(delay, 3),
+            fences_in_a_row=streak,
+            fences=self.fences[partition],
+        )
+
+    def _held_back(self, partition: int) -> bool:
+        """Whether ``partition`` is not to be restored now: inputs are stopped, it is beyond
+        the partitions the service started with (an input topic grew: it has no journal), or
+        it waits out its back-off after a fence."""
+        return (
+            self.state.inputs_stopped is not None
+            or partition >= self.state.partitions
+            or self._holding_off(partition)
+        )
+
+    def _holding_off(self, partition: int) -> bool:
+        """Whether ``partition`` waits out its back-off after a fence."""
+        return trio.current_time() < self._fence_until.get(partition, 0.0)
+
+    def _acked(self, partition: int) -> int:
+        return self.state.acked(partition)
+
+    def _decided(self, outcomes: Sequence[Outcome]) -> None:
+        if self.changelog is None:
+            self.outbox.put(outcomes)
+        else:
+            self.changelog.after(
+                functools.partial(self.outbox.put, outcomes), partition=outcomes[0].partition
+            )
+
+    def _delivered(self, outcome: Outcome) -> None:
+        self.state.delivered(outcome)
+        self.recent.outcome(outcome)
+
+    def _wake(self, deadline_ms: int) -> None:
+        self.reaper.wake_if_earlier(deadline_ms)
+
+    def _wake_now(self) -> None:
+        self.reaper.wake()
+
+    async def _room(self, _expired: list[Outcome]) -> None:
+        await self.outbox.wait_for_room()  # the state already queued them
+
+    async def run(
+        self,
+        stop: trio.Event,
+        *,
+        own_signals: bool = False,
+        serve_http: bool = True,
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until ``stop`` (or SIGTERM/SIGINT with ``own_signals``), then shut down.
+
+        ``serve_http=False`` runs everything but the HTTP server (tests of the Kafka path).
+
+        Raises:
+            ConfigError: the topics keyed by scope do not all have one partition count (or
+                not ``PURGATORY_TOPIC_PARTITIONS``'s): nothing is started.
+            TransportError: records decided before the stop were not acknowledged within
+                ``shutdown_grace_ms``.
+        """
+        settings = self.settings
+        hypercorn = server_config(
+            f"{settings.http_host}:{settings.http_port}",
+            max_wait_ms=settings.max_wait_ms,
+            graceful_timeout_s=settings.shutdown_grace_ms / 1000,
+        )
+        http_stopped = trio.Event()
+        outbox_done = trio.Event()
+        changelog_done = trio.Event()
+
+        async def run_changelog(*, task_status: trio.TaskStatus[None]) -> None:
+            assert self.changelog is not None
+            try:
+                await self.changelog.run(task_status=task_status)
+            finally:
+                changelog_done.set()
+
+        async def run_outbox(*, task_status: trio.TaskStatus[None]) -> None:
+            try:
+                await self.outbox.run(task_status=task_status)
+            finally:
+                outbox_done.set()
+
+        await self.layout.check()  # before anything starts: a ConfigError refuses the start
+        async with trio.open_nursery() as nursery:
+            if own_signals:
+                nursery.start_soon(_stop_on_signals, stop)
+            await nursery.start(self.executor.run)
+            await nursery.start(run_outbox)
+            if self.changelog is not None:
+                await nursery.start(run_changelog)
+            else:
+                changelog_done.set()
+            async with trio.open_nursery() as inputs:
+                await inputs.start(self.reaper.run)
+                inputs.start_soon(self.follow_assignment)
+                inputs.start_soon(self.layout.run)
+                inputs.start_soon(
+                    functools.partial(
+                        run_intake,
+                        self.source,
+                        self.state,
+                        self.outbox,
+                        requests_topic=settings.topic_requests,
+                        signals_topic=settings.topic_signals,
+                        limits=limits_of(settings),
+                        metrics=self.metrics,
+                        gate=self.gate,
+                    )
+                )
+                asgi: Any = self.app  # hypercorn's framework type does not name Starlette
+                bound: list[str] = []
+                if serve_http:
+                    bound = await inputs.start(
+                        functools.partial(
+                            serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
+                        )
+                    )
+                # Ready (and started, for the caller) once every partition held at the start is
+                # restored; HTTP answers meanwhile: /readyz 503, the partitions' inputs 503.
+                while not self._caught_up() and not stop.is_set():
+                    await trio.sleep(0.01)
+                self.ready = True
+                _log.info("service_ready", http=bound)
+                if not settings.client_tokens():
+                    _log.warning(
+                        "api_open",
+                        http=bound,
+                        detail="no API token is set: anyone who reaches these addresses can"
+                        " register and cancel any operation",
+                    )
+                task_status.started(bound)
+                await stop.wait()
+                self.ready = False
+                _log.info("service_stopping")
+                http_stopped.set()
+                inputs.cancel_scope.cancel()
+            # The inputs are stopped: decide what is due, then deliver everything decided.
+            due = self.state.catch_up(self.clock.now_ms())
+            with trio.move_on_after(settings.shutdown_grace_ms / 1000):
+                if self.changelog is not None:
+                    self.changelog.close()
+                    await changelog_done.wait()
+                self.outbox.close()
+                await outbox_done.wait()
+            if not outbox_done.is_set():
+                left = self.outbox.statistics()
+                nursery.cancel_scope.cancel()
+                raise TransportError(
+                    f"shutdown: {left.queued + left.in_flight} record(s) decided before the stop"
+                    f" were not acknowledged within shutdown_grace_ms"
+                    f" ({settings.shutdown_grace_ms} ms)"
+                )
+            if self.changelog is not None:
+                with trio.move_on_after(settings.shutdown_grace_ms / 1000):
+                    await self.changelog.mark_delivered(self.state.serving())
+            await self.executor.aclose()
+            if self.forwarder is not None:
+                await self.forwarder.aclose()
+        stats = self.outbox.statistics()
+        _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
+
+
+async def run_service(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    stop: trio.Event | None = None,
+    transport: Transport | None = None,
+    metrics: Metrics | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the service until SIGTERM/SIGINT (or ``stop``), then shut down gracefully.
+
+    Args:
+        settings: the configuration.
+        clock: the time source (epoch ms from the wall clock by default).
+        stop: set it to stop (tests); otherwise SIGTERM and SIGINT stop the service.
+        transport: the broker seam (kafka-python by default; an in-memory fake in tests).
+        metrics: the metrics to serve (new ones by default; ``serve`` adds the snapshotter's).
+        task_status: receives the HTTP addresses once the service is ready.
+
+    Raises:
+        ConfigError: the topics' partition counts disagree (see
+        :mod:`purgatory.service.ownership.layout`).
+        TransportError: the broker cannot be reached, or records decided before the stop were
+            not acknowledged within ``shutdown_grace_ms``.
+    """
+    clock = clock if clock is not None else Clock.from_wall_clock()
+    own_signals = stop is None
+    stop = stop if stop is not None else trio.Event()
+    transport = transport if transport is not None else kafka_transport(settings)
+    assignment = (
+        [
+            (t, p)
+            for t in (settings.topic_requests, settings.topic_signals)
+            for p in settings.kafka_static_partitions
+        ]
+        if settings.kafka_static_partitions
+        else None
+    )
+    async with (
+        transport.open_sink() as sink,
+        transport.open_reader() as reader,
+        transport.open_source(
+            topics=[settings.topic_requests, settings.topic_signals],
+            group_id=settings.kafka_group_id,
+            assignment=assignment,
+        ) as source,
+    ):
+        metrics = metrics if metrics is not None else Metrics()
+        service = Service(settings, clock, source, sink, reader, metrics=metrics)
+        await service.run(stop, own_signals=own_signals, task_status=task_status)
+    _log.info("service_closed")

@@ -1,0 +1,206 @@
+"""The HTTP API (service layer): Starlette routes over the service's state machine.
+
+Bodies are the JSON records of :mod:`purgatory._codec` without their ``v``/``type`` envelope,
+parsed by the codec's own parser (:func:`~purgatory._codec._json.parse_json`: UTF-8 only, no
+repeated name, at most 64 levels deep), so HTTP and Kafka accept exactly the same operations and
+signals, validated by the same code (and described by the same JSON Schemas, which the OpenAPI
+document references). Operations are addressed by query parameters (``?scope=...&op_id=...``)
+because both may contain ``/``.
+
+One table, :data:`purgatory.service.ingress.http.routes.ROUTES`, lists every route: its path and
+method, its handler (a module-level function that finds the state, the configuration and the
+journal's gate on ``request.app``), whether it needs a bearer token, and what it documents
+(summary, query parameters, request body schema, answers with their media types and headers).
+:func:`build_app` serves the table and :mod:`purgatory.service.ingress.http.openapi` documents it,
+so a
+route cannot be served undocumented.
+
+Errors are JSON ``{"error": {"status", "field", "message"}}`` with the field that was wrong:
+400 malformed JSON (``(body)``), 401 no known bearer token (``Authorization``, with
+``WWW-Authenticate: Bearer``), 404 unknown operation or path, 405 a method the path does not
+serve (with ``Allow``), 408 a body that did not arrive in time, 409 an id reused with another
+body, 413 a body over ``max_request_bytes`` or a batch over ``max_batch``, 422 a field or query
+parameter out of its domain (an unknown field included), 429 a limit (with ``Retry-After``), 503
+(with ``Retry-After``) whatever :class:`~purgatory.service.errors.UnavailableError` says (a
+partition not served here yet, a journal the broker did not acknowledge within
+``PURGATORY_JOURNAL_WAIT_MS``) or a journal that failed. Nothing is half-applied: a batch is
+validated whole before any item is applied.
+
+The modules: ``table`` (what a route is), ``requests`` (the configuration, errors,
+reading a request), ``routes`` (the handlers and the table), ``server`` (how slow
+and stalled clients are cut off, and how an answer given before the body was read keeps the
+connection), and this one, which serves the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import trio
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, request_response
+from starlette.types import Receive, Scope, Send
+
+from purgatory._codec import (
+    APPLIED_HEADER,
+    RecordError,
+)
+from purgatory._core import (
+    ConflictError,
+    LimitError,
+    SizeLimitError,
+    TransportError,
+    UsageError,
+)
+from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.errors import NotServingError, UnavailableError
+from purgatory.service.ingress.http.auth import ANONYMOUS, AuthError
+from purgatory.service.ingress.http.requests import (
+    HttpConfig,
+    HttpError,
+    _Context,
+    _context,
+    _error,
+    _forward,
+    _ForwardFailedError,
+    _passed_on,
+    _target,
+    _wait_s,
+)
+from purgatory.service.ingress.http.routes import ROUTES
+from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers
+from purgatory.service.ingress.http.table import ApiRoute
+from purgatory.service.journal.changelog import Gate, NoJournal
+from purgatory.service.telemetry.logging import get_logger
+
+__all__ = ["HttpConfig", "build_app"]
+
+
+_log = get_logger()
+_UNKNOWN_PATH = "(unknown)"  # the route label of requests no route matches
+
+
+# -- serving the table --------------------------------------------------------------------------
+
+
+async def _serve(request: Request, label: str, route: ApiRoute | None, allow: str) -> Response:
+    """Answer ``request`` with ``route`` (None: 404 if ``allow`` is empty, else 405), mapping
+    every error to its JSON answer, and observe it."""
+    ctx = _context(request)
+    start = trio.current_time()
+    client = ANONYMOUS
+    try:
+        if route is None:
+            if not allow:
+                raise HttpError(404, f"no route {request.url.path!r}", None)
+            raise HttpError(
+                405, f"{request.method} is not served here (only {allow})", None, {"Allow": allow}
+            )
+        if route.auth:
+            try:
+                client = ctx.config.authenticator.identify(request.headers.get("authorization"))
+            except AuthError as exc:
+                raise HttpError(
+                    401, str(exc), "Authorization", {"WWW-Authenticate": "Bearer"}
+                ) from None
+        request.state.client = client
+        response = await route.handler(request)
+    except HttpError as exc:
+        response = _error(exc.status, exc.message, exc.field, exc.headers)
+    except RecordError as exc:
+        response = _error(422, exc.reason, exc.field)
+    except ConflictError as exc:
+        response = _error(409, str(exc), "op_id")
+    except SizeLimitError as exc:
+        response = _error(422, str(exc), exc.field)
+    except LimitError as exc:
+        response = _error(429, str(exc), exc.field, {"Retry-After": "1"})
+    except UnavailableError as exc:
+        url = None
+        if isinstance(exc, NotServingError) and not exc.restoring:  # another replica's?
+            url = _target(ctx, request, exc.partition)
+        if url is not None:
+            raw = getattr(request.state, "raw", None)
+            answered = await _forward(ctx, request, url, raw, extra_s=_wait_s(request))
+            response = _passed_on(answered)
+        else:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            if exc.maybe_applied:
+                headers[APPLIED_HEADER] = "maybe"
+            response = _error(503, str(exc), exc.field, headers)
+    except _ForwardFailedError as exc:
+        response = _passed_on(exc.answer)
+    except TransportError as exc:  # the journal failed: the write is not durable
+        headers = {"Retry-After": "1", APPLIED_HEADER: "maybe"}
+        response = _error(503, f"not durable: {exc}", None, headers)
+    except UsageError as exc:
+        response = _error(422, str(exc), None)
+    elapsed_s = trio.current_time() - start
+    status = response.status_code
+    ctx.config.observe(label, request.method, status, elapsed_s, client)
+    if status == 401:  # who tried, from where: the only clue an operator gets
+        peer = request.client.host if request.client is not None else None
+        _log.warning("http_unauthorized", route=label, method=request.method, peer=peer)
+    else:  # free when debug is off (the level filter drops it before formatting)
+        _log.debug(
+            "http_request",
+            route=label,
+            method=request.method,
+            status=status,
+            client=client,
+            ms=round(elapsed_s * 1000, 2),
+        )
+    return response
+
+
+class _Path:
+    """The ASGI application of one path: its routes by method, 405 for any other method.
+
+    An application rather than a function, so that Starlette's ``Route`` lets every method
+    through to it (and its own 405 answer is never the plain-text one).
+    """
+
+    def __init__(self, label: str, methods: Mapping[str, ApiRoute]) -> None:
+        self._label = label
+        self._methods = dict(methods)
+        self._allow = ", ".join(sorted(methods))
+        self._app = request_response(self._endpoint)
+
+    async def _endpoint(self, request: Request) -> Response:
+        return await _serve(request, self._label, self._methods.get(request.method), self._allow)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None) -> Starlette:
+    """The Starlette application serving :data:`ROUTES` over ``state``.
+
+    A write is answered once ``gate`` (the journal) has it acknowledged: a 2xx means it survives
+    a crash. Reads see the engine as it is, writes not yet acknowledged included. A request for
+    a scope another replica owns is forwarded to it (``config.forwarder``); a batch is split by
+    owner, the other owners' parts forwarded first, then the local part applied. An answer
+    given before the request's body was read keeps the connection usable (see
+    :class:`~purgatory.service.ingress.http.server.EarlyAnswers`).
+    """
+    by_path: dict[str, dict[str, ApiRoute]] = {}
+    for route in ROUTES:
+        by_path.setdefault(route.path, {})[route.method] = route
+    app = Starlette(
+        routes=[
+            *(Route(path, _Path(path, methods)) for path, methods in by_path.items()),
+            Route("/{rest:path}", _Path(_UNKNOWN_PATH, {})),  # last: what nothing else matched
+        ],
+        middleware=[
+            Middleware(
+                EarlyAnswers,
+                max_bytes=DRAIN_FACTOR * config.max_request_bytes,
+                within_s=config.body_timeout_s,
+            )
+        ],
+    )
+    app.state.purgatory = _Context(state, config, gate if gate is not None else NoJournal())
+    return app

@@ -1,0 +1,207 @@
+"""The snapshotter (service layer): a warm standby that tails the journal and writes snapshots.
+
+It runs beside the service, in its own process (``purgatory snapshotter``; ``purgatory serve``
+starts one as its child), so building a snapshot never holds up the serving loop. For each of
+its partitions it restores the engine exactly as a service would (latest snapshot, then the
+journal after it), then keeps it current by replaying the changelog as it grows. Every
+``snapshot_interval_ms``, a partition whose journal grew is snapshotted at the journal offset
+reached and written to the snapshots topic (:mod:`purgatory.service.journal.snapshots`).
+
+The snapshot is of a replayed engine, never of the live one: it holds exactly the journal's
+prefix up to ``journal_offset``, and a restore from it followed by the journal after it decides
+the same outcomes as the serving engine did. A snapshotter that dies or lags costs nothing but
+replay time at the next restore; two snapshotters of one partition only write redundant
+snapshots (each complete and checked on its own).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from purgatory._core import EngineConfig, TransportError, snapshot_engine
+from purgatory.service.journal.restore import Progress, Replayer, restore_partition
+from purgatory.service.journal.snapshots import write_snapshot
+from purgatory.service.kafka.transport import LogReader, RecordSink
+from purgatory.service.telemetry.logging import get_logger
+
+__all__ = ["SnapshotStatistics", "Snapshotter"]
+
+_log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStatistics:
+    """What one snapshot cost."""
+
+    partition: int
+    pending: int
+    bytes: int
+    chunks: int
+    journal_offset: int
+    cpu_s: float
+
+
+class _Standby:
+    def __init__(self, partition: int, replayer: Replayer, journal_end: int) -> None:
+        self.partition = partition
+        self.replayer = replayer
+        self.journal_end = journal_end
+        self.snapshot_at = -1  # the journal offset of the last snapshot written
+
+    def dirty(self) -> bool:
+        return self.journal_end != self.snapshot_at
+
+
+class Snapshotter:
+    """Keeps partitions' engines current from the journal and snapshots them.
+
+    Args:
+        reader: reads the changelog and the snapshots topic.
+        sink: where the snapshots go.
+        changelog_topic: the journal.
+        snapshots_topic: where snapshots go.
+        config: the engines' configuration (the service's).
+        partitions: which partitions to keep.
+        interval_ms: how often a partition whose journal grew is snapshotted.
+        max_record_bytes: the largest record the broker takes (chunks stay under it).
+        tail_every_s: how often the journal is read for what is new.
+        wanted: asked before each look: the partitions to keep now (None: no change); the
+            standby then follows the serving replica's partitions as they move.
+    """
+
+    def __init__(
+        self,
+        reader: LogReader,
+        sink: RecordSink,
+        *,
+        changelog_topic: str,
+        snapshots_topic: str,
+        config: EngineConfig,
+        partitions: Sequence[int],
+        interval_ms: int,
+        max_record_bytes: int,
+        tail_every_s: float = 1.0,
+        wanted: Callable[[], Awaitable[Iterable[int] | None]] | None = None,
+    ) -> None:
+        self._reader = reader
+        self._sink = sink
+        self._changelog = changelog_topic
+        self._snapshots = snapshots_topic
+        self._config = config
+        self._partitions = list(partitions)
+        self._interval_s = interval_ms / 1000
+        self._max_record_bytes = max_record_bytes
+        self._tail_every_s = tail_every_s
+        self._wanted = wanted
+        self._standby: dict[int, _Standby] = {}
+        self.written: list[SnapshotStatistics] = []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Restore every partition, then tail and snapshot until cancelled."""
+        await self.follow(self._partitions)
+        task_status.started()
+        next_snapshot = trio.current_time() + self._interval_s
+        while True:
+            await trio.sleep(self._tail_every_s)
+            if self._wanted is not None:
+                wanted = await self._wanted()
+                if wanted is not None:
+                    await self.follow(wanted)
+            await self.tail()
+            if trio.current_time() >= next_snapshot:
+                await self.snapshot_all()
+                next_snapshot = trio.current_time() + self._interval_s
+
+    async def follow(self, partitions: Iterable[int]) -> None:
+        """Keep a standby of exactly ``partitions``: restore the new ones, drop the others."""
+        wanted = set(partitions)
+        for partition in sorted(set(self._standby) - wanted):
+            del self._standby[partition]
+            _log.info("standby_dropped", partition=partition)
+        for partition in sorted(wanted - set(self._standby)):
+            await self._restore(partition)
+
+    async def _restore(self, partition: int) -> None:
+        progress = Progress(partition)
+        restored = await restore_partition(
+            self._reader,
+            topic=self._changelog,
+            snapshots_topic=self._snapshots,
+            partition=partition,
+            config=self._config,
+            journal=None,
+            progress=progress,
+        )
+        replayer = Replayer(
+            restored.engine,
+            positions=restored.positions,
+            acked=restored.acked,
+            progress=progress,
+            keep_resend=False,
+        )
+        standby = _Standby(partition, replayer, restored.journal_end)
+        if not progress.records:  # nothing journaled since the last snapshot (or at all)
+            standby.snapshot_at = restored.journal_end
+        self._standby[partition] = standby
+        _log.info(
+            "standby_restored",
+            partition=partition,
+            journal_end=restored.journal_end,
+            pending=restored.engine.statistics().pending,
+        )
+
+    async def tail(self) -> None:
+        """Replay what the journal gained since the last look."""
+        for standby in self._standby.values():
+            standby.journal_end = await self._reader.read(
+                self._changelog, standby.partition, standby.journal_end, standby.replayer.handle
+            )
+
+    async def snapshot_all(self) -> None:
+        """Snapshot every partition whose journal grew since its last snapshot."""
+        for standby in self._standby.values():
+            if standby.dirty():
+                try:
+                    self.written.append(await self._snapshot(standby))
+                except TransportError as exc:
+                    _log.warning("snapshot_failed", partition=standby.partition, error=str(exc))
+
+    async def _snapshot(self, standby: _Standby) -> SnapshotStatistics:
+        engine = standby.replayer.engine
+        cpu = time.process_time()
+        data = snapshot_engine(engine)
+        cpu_s = time.process_time() - cpu
+        manifest = await write_snapshot(
+            self._sink,
+            topic=self._snapshots,
+            data=data,
+            partition=standby.partition,
+            journal_offset=standby.journal_end,
+            clock_ms=engine.clock_ms,
+            input_positions=standby.replayer.positions,
+            delivered=standby.replayer.acked,
+            max_record_bytes=self._max_record_bytes,
+        )
+        standby.snapshot_at = standby.journal_end
+        stats = SnapshotStatistics(
+            partition=standby.partition,
+            pending=engine.statistics().pending,
+            bytes=len(data),
+            chunks=manifest.chunks,
+            journal_offset=manifest.journal_offset,
+            cpu_s=cpu_s,
+        )
+        _log.info(
+            "snapshot_written",
+            partition=stats.partition,
+            pending=stats.pending,
+            bytes=stats.bytes,
+            chunks=stats.chunks,
+            journal_offset=stats.journal_offset,
+            cpu_s=round(cpu_s, 3),
+        )
+        return stats

@@ -1,0 +1,82 @@
+"""Kafka clients of the service (service layer): the names the rest of the shell imports.
+
+Every kafka-python client is owned by one thread started with ``trio.to_thread.run_sync`` and talks
+to trio through bounded memory channels: the source (``source``) hands batches of
+``ConsumedRecord`` in and commits offsets only when asked, the sink (``sink``) takes records
+out and reports delivery failures at ``flush``. ``KafkaClientConfig`` (``config``) is how
+both reach the brokers.
+"""
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from purgatory.service.kafka.config import ConsumedRecord, KafkaClientConfig
+from purgatory.service.kafka.reader import KafkaLogReader, open_kafka_reader
+from purgatory.service.kafka.sink import KafkaSink, SinkStatistics, open_kafka_sink
+from purgatory.service.kafka.source import KafkaSource, StartPosition, open_kafka_source
+
+__all__ = [
+    "ConsumedRecord",
+    "KafkaClientConfig",
+    "KafkaLogReader",
+    "KafkaSink",
+    "KafkaSource",
+    "KafkaTransport",
+    "SinkStatistics",
+    "StartPosition",
+    "open_kafka_sink",
+    "open_kafka_source",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTransport:
+    """The service's :class:`~purgatory.service.kafka.transport.Transport` over kafka-python.
+
+    Args:
+        config: how to reach the brokers.
+        linger_ms: how long the producer waits to fill a batch.
+        max_request_bytes: the largest record the producer sends.
+        fetch_max_wait_ms: how long the broker may hold a fetch with no new data.
+        advertised_url: this replica's URL, shared with the group (group mode).
+        group_instance_id: static group membership.
+        close_timeout_ms: how long closing the sink waits for its last flush (None: up to
+            the producer's delivery timeout); the service passes its ``shutdown_grace_ms``.
+    """
+
+    config: KafkaClientConfig
+    linger_ms: int = 0
+    max_request_bytes: int = 1_048_576
+    fetch_max_wait_ms: int = 10
+    advertised_url: str | None = None
+    group_instance_id: str | None = None
+    close_timeout_ms: int | None = None
+
+    def open_source(
+        self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
+    ) -> AbstractAsyncContextManager[KafkaSource]:
+        """A consumer thread over ``topics`` (group or explicit ``assignment``) that holds each
+        partition it is given until the service resumes it."""
+        return open_kafka_source(
+            self.config,
+            topics=topics,
+            group_id=group_id,
+            assignment=assignment,
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
+            hold=True,
+            advertised_url=self.advertised_url,
+            group_instance_id=self.group_instance_id,
+        )
+
+    def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:
+        """A producer thread."""
+        return open_kafka_sink(
+            self.config,
+            linger_ms=self.linger_ms,
+            max_request_bytes=self.max_request_bytes,
+            close_timeout_ms=self.close_timeout_ms,
+        )
+
+    def open_reader(self) -> AbstractAsyncContextManager[KafkaLogReader]:
+        """A reader of whole partitions (the changelog, at restore)."""
+        return open_kafka_reader(self.config)

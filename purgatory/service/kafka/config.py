@@ -1,0 +1,170 @@
+"""What every Kafka client shares (service layer): the connection settings and the consumed record.
+
+``KafkaClientConfig`` is the one place that turns the service's settings into kafka-python keyword
+arguments, so the source, the sink and any admin client connect the same way (SSL and SASL
+arguments are passed only when set). ``ConsumedRecord`` is the plain value that crosses from a
+consumer thread into trio; nothing from kafka-python leaks past this boundary.
+``raising_single_errors`` keeps the clients' internal nurseries out of their callers' way.
+
+The connection settings are validated by one function,
+:func:`purgatory._kafka_options.kafka_connection_problems` (beside the core, because the Spark
+bridge shares it and may not import the service): ``Settings`` calls it naming the
+``PURGATORY_KAFKA_*`` variables, ``KafkaClientConfig`` naming its own fields.
+
+No client the service builds creates a topic: a metadata request for a topic that does not exist
+would make a broker with ``auto.create.topics.enable`` create it, so a typo in a ``reply_to``
+would leave a topic (and a metrics series) behind. Every client merges
+:func:`no_topic_creation` into its arguments. kafka-python 3.0.12 documents
+``allow_auto_create_topics`` for its producer and consumer but never hands it to the cluster
+metadata that builds the metadata requests (``KafkaConnectionManager`` constructs
+``ClusterMetadata`` without it, so ``allow_auto_topic_creation`` stays true), hence the
+``kafka_client`` factory beside it, which sets it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from purgatory._core import ConfigError
+from purgatory._kafka_options import OPTIONS, kafka_connection_problems
+
+__all__ = ["ConsumedRecord", "KafkaClientConfig", "no_topic_creation", "raising_single_errors"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One record read from Kafka, detached from kafka-python.
+
+    ``offset`` is the record's own offset; the offset to commit after applying it is
+    ``offset + 1``. ``epoch`` counts the resumes of its partition before it was fetched (see
+    :meth:`~purgatory.service.kafka.transport.RecordSource.resume_epoch`): a record fetched before
+    the latest seek carries a lower one.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaClientConfig:
+    """How to reach the brokers; shared by every client the service opens.
+
+    Args:
+        bootstrap_servers: comma-separated ``host:port`` list.
+        client_id: sent to the broker with every request (shows up in its logs and quotas).
+        security_protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
+        sasl_mechanism: ``PLAIN``, ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``; required with SASL.
+        sasl_username: required with a SASL mechanism.
+        sasl_password: required with a SASL mechanism; never shown in ``repr``.
+        ssl_cafile: CA bundle used to verify the brokers.
+        ssl_certfile: client certificate (mutual TLS).
+        ssl_keyfile: client key (mutual TLS).
+
+    Raises:
+        ConfigError: a setting is missing or invalid; the message names it (the rules of
+            ``purgatory._kafka_options``; the files are checked by ``Settings``, where their
+            paths are read).
+    """
+
+    bootstrap_servers: str
+    client_id: str = "purgatory"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = kafka_connection_problems(
+            {option: getattr(self, option) for option in OPTIONS}, name=str, check_files=False
+        )
+        if not self.client_id:
+            problems.append("client_id: must not be empty")
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+    def servers(self) -> list[str]:
+        """The bootstrap servers as a list, blanks dropped."""
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for any kafka-python client (consumer, producer, admin).
+
+        Returns:
+            The connection arguments; SSL and SASL ones only when they are set.
+        """
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": self.servers(),
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism is not None:
+            kwargs["sasl_mechanism"] = self.sasl_mechanism
+            kwargs["sasl_plain_username"] = self.sasl_username
+            kwargs["sasl_plain_password"] = self.sasl_password
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(self, name)
+            if value is not None:
+                kwargs[name] = value
+        return kwargs
+
+
+def no_topic_creation(*, admin: bool = False) -> dict[str, Any]:
+    """Keyword arguments that keep a kafka-python client from creating topics.
+
+    Merge them into every producer's, consumer's and admin client's arguments: a metadata
+    request then asks the broker not to create the topics it names
+    (``allow_auto_topic_creation=false``), whatever the broker's ``auto.create.topics.enable``.
+
+    Args:
+        admin: for a ``KafkaAdminClient``, which refuses ``allow_auto_create_topics`` (only the
+            network client's factory then).
+    """
+    if admin:
+        return {"kafka_client": _net_client}
+    return {"allow_auto_create_topics": False, "kafka_client": _net_client}
+
+
+def _net_client(**configs: Any) -> Any:
+    """kafka-python's network client whose metadata requests never ask for a topic to be
+    created (kafka-python 3.0.12 leaves ``allow_auto_create_topics`` true there whatever the
+    client was given; see the module's docstring)."""
+    from kafka.net.compat import KafkaNetClient  # noqa: PLC0415 (kafka-python only where used)
+
+    client = KafkaNetClient(**configs)
+    client.cluster.config["allow_auto_create_topics"] = False
+    return client
+
+
+@contextmanager
+def raising_single_errors() -> Iterator[None]:
+    """Let one error out of a client's internal nursery as itself, not as an exception group.
+
+    The client context managers own a nursery (for their thread) that callers never see, so a
+    ``TransportError`` from the thread or the body must reach them as a ``TransportError``.
+    Groups holding several errors, or a cancellation, pass through unchanged.
+    """
+    try:
+        yield
+    except ExceptionGroup as group:
+        leaves: list[BaseException] = []
+        pending: list[BaseException] = [group]
+        while pending:
+            exc = pending.pop()
+            if isinstance(exc, BaseExceptionGroup):
+                pending.extend(exc.exceptions)
+            else:
+                leaves.append(exc)
+        if len(leaves) == 1:
+            raise leaves[0]  # noqa: B904 (the leaf keeps its own traceback and cause)
+        raise

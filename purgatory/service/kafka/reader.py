@@ -1,0 +1,167 @@
+"""Reading a whole partition to its end with kafka-python (service layer): the changelog restore.
+
+Each :meth:`KafkaLogReader.read` runs one consumer without a group in a worker thread: it is
+assigned the partition, seeks to the start offset, and polls until its position reaches the high
+watermark reported by a fetch response. ListOffsets alone is not trusted for "the end" (the
+embedded broker's can lag the last batch); the fetch's high watermark is what the broker has
+acknowledged. The batches are handed to ``handle`` in the same thread, so a replay there runs off
+the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from purgatory._core import TransportError
+from purgatory.service.kafka.config import (
+    ConsumedRecord,
+    KafkaClientConfig,
+    no_topic_creation,
+)
+
+__all__ = ["KafkaLogReader", "open_kafka_reader"]
+
+_POLL_TIMEOUT_MS = 200
+
+
+class KafkaLogReader:
+    """Reads whole partitions (see the module docstring).
+
+    Args:
+        config: how to reach the brokers.
+        stall_timeout_s: how long a read may make no progress (no fetch answered) before it
+            fails.
+        max_fetch_bytes: the most one fetch of the partition may return.
+    """
+
+    def __init__(
+        self,
+        config: KafkaClientConfig,
+        *,
+        stall_timeout_s: float = 60.0,
+        max_fetch_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self._config = config
+        self._stall_timeout_s = stall_timeout_s
+        self._max_fetch_bytes = max_fetch_bytes
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        handle: Callable[[list[ConsumedRecord]], None],
+    ) -> int:
+        """Hand every record of the partition from ``start`` to its end to ``handle``.
+
+        Raises:
+            TransportError: the broker cannot be reached, or the read stalled.
+        """
+        return await trio.to_thread.run_sync(
+            self._read, topic, partition, start, handle, abandon_on_cancel=True
+        )
+
+    async def end_offset(self, topic: str, partition: int) -> int:
+        """The offset after the partition's last record, from a fetch's high watermark."""
+        return await trio.to_thread.run_sync(
+            self._read, topic, partition, None, None, abandon_on_cancel=True
+        )
+
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has.
+
+        Raises:
+            TransportError: the topic does not exist, or the broker cannot be reached.
+        """
+        return await trio.to_thread.run_sync(self._count, topic, abandon_on_cancel=True)
+
+    def _count(self, topic: str) -> int:
+        consumer = self._consumer()
+        try:
+            partitions = consumer.partitions_for_topic(topic)
+        except KafkaError as exc:
+            raise TransportError(f"metadata of {topic!r}: {exc}") from exc
+        finally:
+            consumer.close(autocommit=False)
+        if not partitions:
+            raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
+        return len(partitions)
+
+    def _consumer(self) -> Any:
+        kwargs = self._config.kafka_kwargs() | {
+            **no_topic_creation(),
+            "group_id": None,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "fetch_max_wait_ms": 50,
+            "max_partition_fetch_bytes": self._max_fetch_bytes,
+            "fetch_max_bytes": self._max_fetch_bytes,
+            "max_poll_records": 10_000,
+        }
+        try:
+            return KafkaConsumer(**kwargs)
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot reach Kafka at {kwargs['bootstrap_servers']}: {exc}"
+            ) from exc
+
+    def _read(
+        self,
+        topic: str,
+        partition: int,
+        start: int | None,
+        handle: Callable[[list[ConsumedRecord]], None] | None,
+    ) -> int:
+        consumer = self._consumer()
+        tp = TopicPartition(topic, partition)
+        try:
+            if partition not in (consumer.partitions_for_topic(topic) or set()):
+                raise TransportError(f"topic {topic!r} has no partition {partition}")
+            consumer.assign([tp])
+            if start is None:  # the end only: read from the last offset ListOffsets knows
+                consumer.seek_to_end(tp)
+            else:
+                consumer.seek(tp, start)
+            idle_polls = 0
+            max_idle_polls = max(1, int(self._stall_timeout_s * 1000 / _POLL_TIMEOUT_MS))
+            seen: tuple[int | None, int | None] = (None, None)
+            while True:
+                polled = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS)
+                records = polled.get(tp, [])
+                if records and handle is not None:
+                    handle(
+                        [
+                            ConsumedRecord(
+                                r.topic, r.partition, r.offset, r.key, r.value, r.timestamp
+                            )
+                            for r in records
+                        ]
+                    )
+                highwater = consumer.highwater(tp)
+                position = consumer.position(tp)
+                if highwater is not None and position >= highwater:
+                    return int(highwater) if start is None else int(position)
+                if (highwater, position) != seen:  # a fetch answered, or records came
+                    seen = (highwater, position)
+                    idle_polls = 0
+                elif (idle_polls := idle_polls + 1) > max_idle_polls:  # each waits a poll timeout
+                    raise TransportError(
+                        f"reading {topic}[{partition}] made no progress for"
+                        f" {self._stall_timeout_s:.0f} s (at offset {position})"
+                    )
+        except KafkaError as exc:
+            raise TransportError(f"reading {topic}[{partition}] failed: {exc}") from exc
+        finally:
+            consumer.close(autocommit=False)
+
+
+@asynccontextmanager
+async def open_kafka_reader(config: KafkaClientConfig) -> AsyncIterator[KafkaLogReader]:
+    """A reader of whole partitions (it holds no connection between reads)."""
+    yield KafkaLogReader(config)

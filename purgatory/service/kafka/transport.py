@@ -1,0 +1,189 @@
+"""The Kafka seam (service layer): what the service needs from a broker, as protocols.
+
+The service reads batches of :class:`ConsumedRecord` from a :class:`RecordSource`, commits their
+offsets there, and writes :class:`OutRecord` batches to a :class:`RecordSink`, which answers each
+batch with a :class:`Delivery`: one result per record, known once the broker acknowledged or
+refused it. A :class:`Transport` opens both. The kafka-python implementation is
+:class:`KafkaTransport`; tests use an in-memory one that can fail on cue (a send refused, a
+delivery that fails, a commit that fails), so every crash point can be tried under virtual time.
+
+Errors of a sink are per record, never per topic or per batch: a refused record cannot take any
+other record with it. A :class:`SendFailure` says whether retrying can help (``retriable``: a
+timeout, a leader change, a broker away) or not (a record too large, a topic that does not
+exist, an authorization failure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from purgatory.service.kafka.config import ConsumedRecord
+
+__all__ = [
+    "Delivery",
+    "LogReader",
+    "OutRecord",
+    "RecordSink",
+    "RecordSource",
+    "SendFailure",
+    "Transport",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """One record to produce: to ``partition`` when given, else to the key's partition."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendFailure:
+    """Why the broker (or the client) did not take a record, and whether a retry can help."""
+
+    reason: str
+    retriable: bool
+
+
+class Delivery(Protocol):
+    """The acknowledgements of one batch handed to a sink."""
+
+    async def results(self) -> list[SendFailure | None]:
+        """Wait until every record of the batch is acknowledged or refused.
+
+        Returns:
+            One entry per record, in the batch's order: None when the broker acknowledged it.
+        """
+        ...
+
+    async def offsets(self) -> list[int | None]:
+        """Wait like :meth:`results`; the offset each record was written at (None: refused, or
+        not known)."""
+        ...
+
+
+class RecordSink(Protocol):
+    """Where records go."""
+
+    async def send_batch(self, records: Sequence[OutRecord]) -> Delivery:
+        """Hand ``records`` to the producer (waits while its queue is full); returns at once
+        with the :class:`Delivery` that will tell each record's fate."""
+        ...
+
+
+class RecordSource(Protocol):
+    """Where records come from.
+
+    Attributes:
+        receive: batches of records in poll order (per-partition order is kept).
+    """
+
+    receive: trio.MemoryReceiveChannel[list[ConsumedRecord]]
+
+    async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``{(topic, partition): next offset to read}`` and wait for the broker.
+
+        Raises:
+            TransportError: the commit failed.
+        """
+        ...
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records behind each assigned partition's end, as of the last poll."""
+        ...
+
+    def assignment(self) -> frozenset[tuple[str, int]]:
+        """The partitions held now."""
+        ...
+
+    def held(self) -> frozenset[tuple[str, int]]:
+        """The partitions assigned but not read until :meth:`resume`."""
+        ...
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has (known once the source is open), as of the latest
+        metadata: Kafka can add partitions to a live topic, and this follows within seconds."""
+        ...
+
+    def owner_urls(self) -> dict[int, str]:
+        """Where each partition's owner answers, as the group shared it (group mode)."""
+        ...
+
+    def on_revoke(
+        self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
+    ) -> None:
+        """Have ``handler`` called with the partitions taken away, before they go to another
+        member (the service stops applying them and makes its journal durable)."""
+        ...
+
+    async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
+        """Start reading assigned partitions, each at its position (None: the group's committed
+        offset, or the start). Every partition is held, not read, from the moment it is
+        assigned until it is resumed, so the service can restore its state first. A partition
+        read already (the service restores it again after a fence) is read again from its
+        position; the records fetched before carry a lower ``epoch``, so the service skips
+        those still on their way."""
+        ...
+
+    def resume_epoch(self, topic: str, partition: int) -> int:
+        """The ``epoch`` the partition's records carry once it is next resumed (one more than
+        its resumes so far)."""
+        ...
+
+
+class LogReader(Protocol):
+    """Reads one partition of a topic from an offset to its end (a changelog, at restore)."""
+
+    async def read(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        handle: Callable[[list[ConsumedRecord]], None],
+    ) -> int:
+        """Hand every record from ``start`` to the end, batch by batch, to ``handle``.
+
+        The end is the high watermark a fetch reported after the last record was read (never a
+        ListOffsets answer alone, which can lag). ``handle`` may run in a worker thread.
+
+        Returns:
+            The end offset (the offset after the last record).
+
+        Raises:
+            TransportError: the partition could not be read.
+        """
+        ...
+
+    async def end_offset(self, topic: str, partition: int) -> int:
+        """The offset after the last record of the partition, as a fetch reports it."""
+        ...
+
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        ...
+
+
+class Transport(Protocol):
+    """Opens the service's source and sink."""
+
+    def open_source(
+        self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
+    ) -> AbstractAsyncContextManager[RecordSource]:
+        """A source of ``topics`` for ``group_id`` (or the explicit ``assignment``)."""
+        ...
+
+    def open_sink(self) -> AbstractAsyncContextManager[RecordSink]:
+        """A sink; on exit it has handed over every record sent to it."""
+        ...
+
+    def open_reader(self) -> AbstractAsyncContextManager[LogReader]:
+        """A reader of whole partitions (the changelog)."""
+        ...

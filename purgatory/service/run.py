@@ -1,0 +1,174 @@
+"""Process entry points (service layer): ``purgatory serve`` and ``purgatory snapshotter``.
+
+``serve`` reads the settings once, configures logging and runs the service until SIGTERM or
+SIGINT; with the journal and snapshots on, it starts ``purgatory snapshotter`` as its child
+(which dies with it), so snapshots are built in another process than the serving loop. A
+:class:`~purgatory.service.journal.supervisor.Supervisor` reaps that child when it exits and starts
+it again, and a
+:class:`~purgatory.service.journal.snapshot_watch.SnapshotWatch` reads how fresh each partition's
+latest snapshot is;
+both show in the service's metrics. At the stop, the child is stopped after the service.
+(``purgatory dev`` is :mod:`purgatory.devtools.dev`.)
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal as signals
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import trio
+
+from purgatory.service.app import kafka_transport, run_service
+from purgatory.service.journal.snapshot_watch import SnapshotWatch
+from purgatory.service.journal.snapshotter import Snapshotter
+from purgatory.service.journal.supervisor import Child, Supervisor, start_process, with_pdeathsig
+from purgatory.service.kafka.config import raising_single_errors
+from purgatory.service.ownership.layout import check_counts, read_counts
+from purgatory.service.settings import Settings, env_name
+from purgatory.service.telemetry.logging import configure_logging
+from purgatory.service.telemetry.metrics import Metrics
+from reaper import Clock
+
+__all__ = ["env_value", "run_serve", "run_snapshotter", "serve_with_snapshotter"]
+
+
+def _tune_gc() -> None:
+    """Fewer, cheaper collections for a process that holds many long-lived operations.
+
+    The service allocates a few objects per signal and keeps operations for minutes to days;
+    CPython's default thresholds then spend a sixth of the interpreter's time in collections
+    that find little garbage. Freezing what start-up allocated keeps it out of every scan.
+    """
+    gc.set_threshold(100_000, 50, 1_000)
+    gc.freeze()
+
+
+def run_serve(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
+    """Run the service as configured; returns the exit status (0 after a graceful stop).
+
+    Raises:
+        ConfigError: a setting is invalid (the message names its variable).
+    """
+    settings = Settings.from_env(environ, **overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    _tune_gc()
+    if not settings.journal or not settings.snapshot_interval_ms:
+        trio.run(run_service, settings)
+        return 0
+    child_env = {**environ, **{env_name(k): env_value(v) for k, v in overrides.items()}}
+    start = "import sys; from purgatory.service import main; sys.exit(main(['snapshotter']))"
+    # Built on the main thread: the kernel kills the child when this thread (the process) dies.
+    command = with_pdeathsig([sys.executable, "-c", start])
+    trio.run(serve_with_snapshotter, settings, functools.partial(start_process, command, child_env))
+    return 0
+
+
+#: The longest pause between two looks at the snapshots (a shorter interval looks as often).
+SNAPSHOT_WATCH_MAX_S = 30.0
+
+
+async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child]) -> None:
+    """Run the service with a supervised snapshotter beside it, until SIGTERM or SIGINT.
+
+    The snapshotter is started first and stopped (SIGTERM, then a kill, and reaped) once the
+    service has stopped; meanwhile every exit of it is logged, counted and followed by a
+    restart (see :mod:`purgatory.service.journal.supervisor`).
+
+    Args:
+        settings: the configuration (journal and snapshots on).
+        start: starts the snapshotter process.
+
+    Raises:
+        ConfigError: the topics' partition counts disagree (nothing is started).
+        TransportError: as :func:`~purgatory.service.app.run_service` does.
+    """
+    transport = kafka_transport(settings)
+    clock = Clock.from_wall_clock()
+    metrics = Metrics()
+    supervisor = Supervisor(start)
+    async with transport.open_reader() as reader:
+        # Topics of other partition counts refuse the start before the snapshotter starts
+        # (the service checks again, its input topics as its consumer sees them).
+        counts = await read_counts(settings, reader.partition_count)
+        check_counts(counts, settings.topic_partitions)
+        watch = SnapshotWatch(
+            reader,
+            snapshots_topic=settings.topic_snapshots,
+            changelog_topic=settings.topic_changelog,
+            partitions=settings.kafka_static_partitions,
+            now_ms=clock.now_ms,
+            every_s=min(SNAPSHOT_WATCH_MAX_S, (settings.snapshot_interval_ms or 60_000) / 1000),
+        )
+        metrics.bind_snapshots(snapshots=watch.statistics, snapshotter=supervisor.statistics)
+        with raising_single_errors():  # the service's own error, not a group of one
+            async with trio.open_nursery() as nursery:
+                await nursery.start(supervisor.run)
+                nursery.start_soon(watch.run)
+                await run_service(settings, clock=clock, transport=transport, metrics=metrics)
+                nursery.cancel_scope.cancel()
+
+
+def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
+    """Tail the journal and write snapshots until SIGTERM or SIGINT (see ``snapshotter``).
+
+    The process lowers its own priority: a standby catches up in the service's idle time, and
+    under load the serving process and the broker get the CPU first.
+    """
+    os.nice(10)
+    settings = Settings.from_env(environ, **overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    _tune_gc()
+    trio.run(_snapshot_until_stopped, settings)
+    return 0
+
+
+async def _snapshot_until_stopped(settings: Settings) -> None:
+    transport = kafka_transport(settings)
+    async with transport.open_reader() as reader, transport.open_sink() as sink:
+        static = settings.kafka_static_partitions
+        partitions = static or range(await reader.partition_count(settings.topic_changelog))
+        snapshotter = Snapshotter(
+            reader,
+            sink,
+            changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots,
+            config=settings.to_engine_config(),
+            partitions=sorted(partitions),
+            interval_ms=settings.snapshot_interval_ms or 60_000,
+            max_record_bytes=settings.max_record_bytes,
+            # In group mode the partitions move: follow those the service beside holds.
+            wanted=None if static else functools.partial(_held_by_service, settings),
+        )
+        with trio.open_signal_receiver(signals.SIGTERM, signals.SIGINT) as received:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(snapshotter.run)
+                async for _ in received:
+                    nursery.cancel_scope.cancel()
+                    break
+
+
+async def _held_by_service(settings: Settings) -> list[int] | None:
+    """The partitions the service beside this snapshotter holds (from its ``/readyz``), or None
+    when it cannot say (starting, stopping)."""
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    try:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            answer = await client.get(f"http://{host}:{settings.http_port}/readyz")
+        partitions = answer.json().get("partitions")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(partitions, dict) or not partitions:
+        return None  # none held (a rebalance under way): keep the standbys until it settles
+    return sorted(int(p) for p in partitions if str(p).isdigit())
+
+
+def env_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
