@@ -41,6 +41,7 @@ from hypercorn.trio import serve
 
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
+from purgatory._core._backoff import Backoff
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
 from purgatory.service.egress.outbox import Outbox
@@ -70,8 +71,7 @@ _log = get_logger()
 #: After a fence, a partition waits this long (doubling per fence in a row, up to the most;
 #: with jitter) before it is restored again: two writers on one partition (a misconfiguration)
 #: then take turns instead of fencing each other on every batch.
-FENCE_BACKOFF_S = 0.5
-FENCE_BACKOFF_MAX_S = 10.0
+FENCE_BACKOFF = Backoff(first_s=0.5, max_s=10.0)
 _FENCE_STREAK_RESET_S = 300.0
 
 
@@ -424,8 +424,7 @@ class Service:
         streak, last = self._fence_streak.get(partition, (0, now))
         streak = streak + 1 if now - last < _FENCE_STREAK_RESET_S else 1
         self._fence_streak[partition] = (streak, now)
-        delay = min(FENCE_BACKOFF_MAX_S, FENCE_BACKOFF_S * 2 ** (streak - 1))
-        delay *= self.jitter.uniform(0.5, 1.0)  # two writers must not retry in step
+        delay = FENCE_BACKOFF.delay_s(streak - 1, self.jitter)  # two writers: not in step
         self._fence_until[partition] = now + delay
         _log.warning(
             "partition_restore_deferred",

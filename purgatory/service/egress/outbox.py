@@ -62,6 +62,7 @@ from purgatory._codec import (
     encode_dead_letter,
 )
 from purgatory._core import Outcome, OutcomeKind, TimeDomain, TransportError
+from purgatory._core._backoff import Backoff
 from purgatory.service.egress.stats import OutboxStatistics
 from purgatory.service.kafka.config import ConsumedRecord
 from purgatory.service.kafka.transport import Delivery, OutRecord, RecordSink, SendFailure
@@ -73,8 +74,8 @@ __all__ = ["Outbox", "OutboxStatistics", "due_ms"]
 
 _log = get_logger()
 
-_BACKOFF_FIRST_MS = 100
-_BACKOFF_MAX_MS = 5_000
+#: The pause before a callback, dead letter or offset commit is tried again.
+RETRY = Backoff(first_s=0.1, max_s=5.0)
 _IN_FLIGHT_CHUNKS = 64
 
 
@@ -386,7 +387,7 @@ class Outbox:
                 self._commit_failures += 1
                 _log.warning("offset_commit_failed", error=str(exc))
                 self._pending_commit = offsets | self._pending_commit
-                await trio.sleep(_backoff_ms(attempt) / 1000)
+                await trio.sleep(RETRY.delay_s(attempt))
                 attempt += 1
                 continue
             attempt = 0
@@ -449,7 +450,7 @@ class Outbox:
                 await self._dead_letter_callback(ref, failure)
                 return
             else:
-                await trio.sleep(_backoff_ms(attempt) / 1000)
+                await trio.sleep(RETRY.delay_s(attempt))
                 attempt += 1
             self._retries += 1
             [failure_or_none] = await (await self._sink.send_batch([record])).results()
@@ -548,7 +549,3 @@ class _Settled:
     async def offsets(self) -> list[int | None]:
         await trio.lowlevel.checkpoint()
         return [None] * len(self._results)
-
-
-def _backoff_ms(attempt: int) -> int:
-    return min(_BACKOFF_MAX_MS, _BACKOFF_FIRST_MS << min(attempt, 16))

@@ -81,6 +81,7 @@ from typing import Any, Protocol
 import trio
 
 from purgatory._core import JournalEntry, SizeLimitError, TransportError, encode_entry
+from purgatory._core._backoff import Backoff
 from purgatory.service.errors import JournalStalledError, NotServingError
 from purgatory.service.kafka.transport import Delivery, OutRecord, RecordSink, SendFailure
 from purgatory.service.telemetry.logging import get_logger
@@ -101,7 +102,8 @@ _log = get_logger()
 JOURNAL_KEY = b"journal"
 _RECORD_OVERHEAD = 512  # the envelope around the entries, positions included
 _INDEX_DIGITS = 10  # an entry index in an ``inputs`` marker has at most this many digits
-_RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: The pause before a journal record the broker refused (retriable) is sent again.
+RETRY = Backoff(first_s=0.05, max_s=1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,7 +479,7 @@ class Changelog:
             if todo:
                 self._counts["retries"] += 1
                 _log.warning("changelog_retry", records=len(todo), reason=failed[0][1].reason)
-                await trio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
+                await trio.sleep(RETRY.delay_s(attempt))
                 attempt += 1
         self._counts["batches"] += 1
         self._counts["records"] += len(records)

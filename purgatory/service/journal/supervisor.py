@@ -33,6 +33,7 @@ from typing import Protocol
 import trio
 
 from purgatory._core import UsageError
+from purgatory._core._backoff import Backoff
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = [
@@ -47,8 +48,8 @@ __all__ = [
 
 _log = get_logger()
 
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
+#: The wait before a restart after short runs in a row (the first one: 1 s).
+RESTART = Backoff(first_s=1.0, max_s=60.0)
 HEALTHY_AFTER_S = 120.0  # a run this long resets the back-off
 STOP_TIMEOUT_S = 10.0  # between SIGTERM and SIGKILL at the stop
 _POLL_S = 0.5  # how often an exit is looked for where the kernel has no pidfd
@@ -151,8 +152,7 @@ class Supervisor:
     Args:
         start: starts the child (synchronously) and returns it; an ``OSError`` counts as an
             exit.
-        first_backoff_s: the wait before the first restart after a short run.
-        max_backoff_s: the longest wait (the back-off doubles up to it).
+        backoff: the wait before a restart after short runs in a row.
         healthy_after_s: a run at least this long resets the back-off.
         stop_timeout_s: how long the child may take to exit after SIGTERM at the stop.
     """
@@ -161,14 +161,12 @@ class Supervisor:
         self,
         start: Callable[[], Child],
         *,
-        first_backoff_s: float = FIRST_BACKOFF_S,
-        max_backoff_s: float = MAX_BACKOFF_S,
+        backoff: Backoff = RESTART,
         healthy_after_s: float = HEALTHY_AFTER_S,
         stop_timeout_s: float = STOP_TIMEOUT_S,
     ) -> None:
         self._start = start
-        self._first_backoff_s = first_backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._backoff = backoff
         self._healthy_after_s = healthy_after_s
         self._stop_timeout_s = stop_timeout_s
         self._child: Child | None = None
@@ -186,7 +184,7 @@ class Supervisor:
 
     def backoff_s(self, short_runs: int) -> float:
         """The wait before a restart that follows ``short_runs`` short runs in a row (>= 1)."""
-        return min(self._max_backoff_s, self._first_backoff_s * 2.0 ** min(short_runs - 1, 32))
+        return self._backoff.delay_s(short_runs - 1)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the child, then restart it after each exit until cancelled; started once the
