@@ -4,14 +4,11 @@ Only the standard library is imported here (an import-linter contract checks it)
 """
 
 from purgatory._core._engine import (
-    ConflictError,
     Engine,
     EngineConfig,
     EngineStatistics,
-    LimitError,
     Registration,
     RegistrationStatus,
-    SizeLimitError,
 )
 from purgatory._core._entries import (
     AdvanceEntry,
@@ -24,8 +21,11 @@ from purgatory._core._entries import (
 from purgatory._core._errors import (
     BadRecordError,
     ConfigError,
+    ConflictError,
     InvariantError,
+    LimitError,
     PurgatoryError,
+    SizeLimitError,
     TransportError,
     UsageError,
 )

@@ -69,7 +69,7 @@ from purgatory._core._entries import (
     SignalEntry,
     WatermarkEntry,
 )
-from purgatory._core._errors import UsageError
+from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
 from purgatory._core._footprint import finished_bytes, operation_bytes, signal_bytes
 from purgatory._core._keyed_timers import KeyedTimers, TimeDomain
 from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
@@ -95,35 +95,6 @@ _DAY_MS = 86_400_000
 _DEFAULT_SIGNAL_TTL = TtlConfig(ttl_ms=7 * _DAY_MS)
 _NO_LIMIT = 1 << 40  # default and largest value of the byte and remembered-signal limits
 _VIEW_STEP = 10_000  # items one step of an operator's view reads (1 to 3 ms in CPython)
-
-
-class ConflictError(UsageError):
-    """An operation id was reused with a different body (HTTP 409)."""
-
-
-class LimitError(UsageError):
-    """A configured limit would be exceeded (HTTP 429); nothing was changed.
-
-    Attributes:
-        field: the name of the limit crossed (``max_pending_bytes_per_scope``, ...), or None.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class SizeLimitError(LimitError):
-    """An input would make a callback carry too many bytes (HTTP 422); nothing was changed.
-
-    Attributes:
-        field: the input's field at fault: ``payload`` (a signal) or ``keys`` (a registration).
-    """
-
-    field: str
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}", field=field)
 
 
 class RegistrationStatus(enum.StrEnum):

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from purgatory._core._engine import ConflictError, Engine, LimitError, RegistrationStatus
+from purgatory._core._engine import Engine, RegistrationStatus
 from purgatory._core._entries import (
     AdvanceEntry,
     CancelEntry,
@@ -46,7 +46,7 @@ from purgatory._core._entries import (
     SignalEntry,
     WatermarkEntry,
 )
-from purgatory._core._errors import BadRecordError, UsageError
+from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
 from purgatory._core._model import Outcome
 from purgatory._core._snapshot import _spec, _spec_row
 

@@ -3,7 +3,7 @@
 One error says "unavailable, retry later"; the HTTP layer answers every kind of it 503 with
 ``Retry-After``, and the clients retry it within their deadline::
 
-    UsageError (core)
+    PurgatoryError (core: purgatory._core._errors draws the whole tree)
     └── UnavailableError         nothing is wrong with the request: try it again later
         ├── NotServingError      the scope's partition is not served here now (restoring,
         │                        fenced, another replica's, or inputs stopped)
@@ -13,12 +13,12 @@ One error says "unavailable, retry later"; the HTTP layer answers every kind of 
 
 from __future__ import annotations
 
-from purgatory._core import UsageError
+from purgatory._core import PurgatoryError
 
 __all__ = ["JournalStalledError", "NotServingError", "UnavailableError"]
 
 
-class UnavailableError(UsageError):
+class UnavailableError(PurgatoryError):
     """The service cannot take this request now; retry later (HTTP 503 with Retry-After).
 
     Attributes:

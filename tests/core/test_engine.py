@@ -11,13 +11,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from purgatory._core._engine import (
-    ConflictError,
     Engine,
     EngineConfig,
-    LimitError,
     RegistrationStatus,
 )
-from purgatory._core._errors import BadRecordError, UsageError
+from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind
 from purgatory._core._snapshot import restore_engine, snapshot_engine

@@ -18,13 +18,12 @@ from hypothesis.stateful import (
 
 from purgatory._core import _engine
 from purgatory._core._engine import (
-    ConflictError,
     Engine,
     EngineConfig,
-    LimitError,
     RegistrationStatus,
     _SortedIds,
 )
+from purgatory._core._errors import ConflictError, LimitError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import OperationSpec, Outcome
 from purgatory._core._snapshot import restore_engine, snapshot_engine

@@ -20,12 +20,11 @@ from hypothesis.stateful import (
 )
 
 from purgatory._core._engine import (
-    ConflictError,
     Engine,
     EngineConfig,
-    LimitError,
     RegistrationStatus,
 )
+from purgatory._core._errors import ConflictError, LimitError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome
 

@@ -23,14 +23,11 @@ from hypothesis.stateful import (
 )
 
 from purgatory._core._engine import (
-    ConflictError,
     Engine,
     EngineConfig,
-    LimitError,
     RegistrationStatus,
-    SizeLimitError,
 )
-from purgatory._core._errors import UsageError
+from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
 from purgatory._core._footprint import finished_bytes, operation_bytes, signal_bytes
 from purgatory._core._journal import JournalRecorder, replay_journal
 from purgatory._core._keyed_timers import TimeDomain

@@ -37,6 +37,7 @@ from purgatory._core import LimitError, SizeLimitError, UsageError
 from purgatory.service.dispatch.admission import KAFKA_CLIENT
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.egress.outbox import Outbox
+from purgatory.service.errors import UnavailableError
 from purgatory.service.journal.changelog import Gate, NoJournal
 from purgatory.service.kafka.config import ConsumedRecord
 from purgatory.service.kafka.transport import RecordSource
@@ -146,6 +147,8 @@ def _apply(
         return (str(exc), exc.field, "invalid", scope)
     except SizeLimitError as exc:  # the callback would outgrow its record: bad input
         return (str(exc), exc.field, "invalid", scope)
+    except UnavailableError as exc:  # not served here now (inputs stopped): refused, named
+        return (str(exc), None, "refused", scope)
     except UsageError as exc:  # a conflict, a limit, a deadline out of range
         _log.warning("record_refused", topic=record.topic, offset=record.offset, error=str(exc))
         # A limit's field names it (max_memory_bytes, ...): the dead letter says which.

@@ -44,19 +44,9 @@ from starlette.responses import Response
 from starlette.routing import Route, request_response
 from starlette.types import Receive, Scope, Send
 
-from purgatory._codec import (
-    APPLIED_HEADER,
-    RecordError,
-)
-from purgatory._core import (
-    ConflictError,
-    LimitError,
-    SizeLimitError,
-    TransportError,
-    UsageError,
-)
+from purgatory._core import PurgatoryError
 from purgatory.service.dispatch.partitions import ServiceState
-from purgatory.service.errors import NotServingError, UnavailableError
+from purgatory.service.errors import NotServingError
 from purgatory.service.ingress.http.auth import ANONYMOUS, AuthError
 from purgatory.service.ingress.http.requests import (
     HttpConfig,
@@ -69,6 +59,7 @@ from purgatory.service.ingress.http.requests import (
     _passed_on,
     _target,
     _wait_s,
+    as_http_error,
 )
 from purgatory.service.ingress.http.routes import ROUTES
 from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers
@@ -108,17 +99,9 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
                 ) from None
         request.state.client = client
         response = await route.handler(request)
-    except HttpError as exc:
-        response = _error(exc.status, exc.message, exc.field, exc.headers)
-    except RecordError as exc:
-        response = _error(422, exc.reason, exc.field)
-    except ConflictError as exc:
-        response = _error(409, str(exc), "op_id")
-    except SizeLimitError as exc:
-        response = _error(422, str(exc), exc.field)
-    except LimitError as exc:
-        response = _error(429, str(exc), exc.field, {"Retry-After": "1"})
-    except UnavailableError as exc:
+    except _ForwardFailedError as exc:
+        response = _passed_on(exc.answer)
+    except (HttpError, PurgatoryError) as exc:
         url = None
         if isinstance(exc, NotServingError) and not exc.restoring:  # another replica's?
             url = _target(ctx, request, exc.partition)
@@ -127,17 +110,10 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
             answered = await _forward(ctx, request, url, raw, extra_s=_wait_s(request))
             response = _passed_on(answered)
         else:
-            headers = {"Retry-After": str(exc.retry_after_s)}
-            if exc.maybe_applied:
-                headers[APPLIED_HEADER] = "maybe"
-            response = _error(503, str(exc), exc.field, headers)
-    except _ForwardFailedError as exc:
-        response = _passed_on(exc.answer)
-    except TransportError as exc:  # the journal failed: the write is not durable
-        headers = {"Retry-After": "1", APPLIED_HEADER: "maybe"}
-        response = _error(503, f"not durable: {exc}", None, headers)
-    except UsageError as exc:
-        response = _error(422, str(exc), None)
+            answer = as_http_error(exc)
+            if answer is None:
+                raise
+            response = _error(answer.status, answer.message, answer.field, answer.headers)
     elapsed_s = trio.current_time() - start
     status = response.status_code
     ctx.config.observe(label, request.method, status, elapsed_s, client)

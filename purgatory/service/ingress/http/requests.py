@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from purgatory._codec import (
+    APPLIED_HEADER,
     RETRY_HEADER,
     Limits,
     RecordError,
@@ -27,10 +28,16 @@ from purgatory._codec import (
 )
 from purgatory._codec._json import parse_json
 from purgatory._core import (
+    ConflictError,
+    LimitError,
     Outcome,
     Registration,
+    SizeLimitError,
+    TransportError,
+    UsageError,
 )
 from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.errors import UnavailableError
 from purgatory.service.ingress.http.auth import ANONYMOUS, Authenticator
 from purgatory.service.ingress.http.server import BODY_TIMEOUT_S
 from purgatory.service.journal.changelog import Gate
@@ -88,6 +95,48 @@ class HttpError(Exception):
         self.message = message
         self.field = field
         self.headers = dict(headers or {})
+
+
+def as_http_error(exc: BaseException) -> HttpError | None:
+    """The answer the API gives for ``exc``: the one mapping from errors to HTTP statuses,
+    used by every route and by each item of a batch (None: not an error the API answers).
+
+    ============================  ======  =============================================
+    error                         status  field, headers
+    ============================  ======  =============================================
+    :class:`HttpError`            its own its own
+    ``RecordError``               422     the record's field
+    ``ConflictError``             409     ``op_id``
+    ``SizeLimitError``            422     the input's field
+    ``LimitError``                429     the limit; ``Retry-After: 1``
+    ``UnavailableError``          503     its field; ``Retry-After``, and
+                                          ``Purgatory-Applied: maybe`` when it may have applied
+    ``TransportError``            503     none: the journal failed (``not durable: ...``);
+                                          ``Retry-After: 1``, ``Purgatory-Applied: maybe``
+    ``UsageError``                422     none
+    ============================  ======  =============================================
+    """
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, RecordError):
+        return HttpError(422, exc.reason, exc.field)
+    if isinstance(exc, ConflictError):
+        return HttpError(409, str(exc), "op_id")
+    if isinstance(exc, SizeLimitError):
+        return HttpError(422, str(exc), exc.field)
+    if isinstance(exc, LimitError):
+        return HttpError(429, str(exc), exc.field, {"Retry-After": "1"})
+    if isinstance(exc, UnavailableError):
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        if exc.maybe_applied:
+            headers[APPLIED_HEADER] = "maybe"
+        return HttpError(503, str(exc), exc.field, headers)
+    if isinstance(exc, TransportError):
+        headers = {"Retry-After": "1", APPLIED_HEADER: "maybe"}
+        return HttpError(503, f"not durable: {exc}", None, headers)
+    if isinstance(exc, UsageError):
+        return HttpError(422, str(exc), None)
+    return None
 
 
 class _ForwardFailedError(Exception):

@@ -24,13 +24,10 @@ from purgatory._codec import (
     decode_signal,
 )
 from purgatory._core import (
-    ConflictError,
-    LimitError,
     OutcomeKind,
-    SizeLimitError,
     UsageError,
 )
-from purgatory.service.dispatch.partitions import NotServingError
+from purgatory.service.errors import NotServingError, UnavailableError
 from purgatory.service.ingress.http.requests import (
     _DEFAULT_PAGE,
     HttpError,
@@ -51,6 +48,7 @@ from purgatory.service.ingress.http.requests import (
     _retry,
     _signal,
     _split,
+    as_http_error,
 )
 from purgatory.service.ingress.http.table import (
     _CONFLICT,
@@ -125,18 +123,15 @@ async def create_operations(request: Request) -> Response:
         req = decoded[index]
         try:
             status, answer = _register(ctx, req, client, retry=retry)
-        except ConflictError as exc:
-            status, answer = 409, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
-        except SizeLimitError as exc:
-            status, answer = 422, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
-        except RecordError as exc:  # a policy of this replica's, e.g. a reply_to not allowed
-            ctx.config.count_registration("invalid")
-            error = f"operations[{index}].{exc.field}: {exc.reason}"
-            status, answer = 422, {"scope": req.scope, "op_id": req.op_id, "error": error}
-        except LimitError as exc:
-            status, answer = 429, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
-        except NotServingError as exc:
-            status, answer = 503, {"scope": req.scope, "op_id": req.op_id, "error": str(exc)}
+        except (UsageError, RecordError, UnavailableError) as exc:  # per item, as alone
+            mapped = as_http_error(exc)
+            assert mapped is not None  # each of these has an answer
+            message = mapped.message
+            if isinstance(exc, RecordError):  # a policy of this replica's (a reply_to)
+                ctx.config.count_registration("invalid")
+                message = f"operations[{index}].{exc.field}: {exc.reason}"
+            status = mapped.status
+            answer = {"scope": req.scope, "op_id": req.op_id, "error": message}
         results[index] = {"http_status": status, **answer}
     await ctx.gate.durable({ctx.state.partition_of(decoded[i].scope) for i in local}, bounded=True)
     return JSONResponse({"results": results})
