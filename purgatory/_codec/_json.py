@@ -15,8 +15,8 @@ measured on the text, in linear time and without recursion (strings removed, the
 still open counted), before the recursive parser ever sees it: a text nested a thousand deep is
 an error that names it, never a ``RecursionError``.
 
-A payload is kept as its *canonical* text, ``json.dumps(value, separators=(",", ":"),
-ensure_ascii=False)``: the same JSON value always gives the same text, whatever spacing it
+A payload is kept as its *canonical* text, the core's compact :func:`dumps` (no spaces, UTF-8
+text): the same JSON value always gives the same text, whatever spacing it
 arrived with, so it can be stored, compared and spliced back into an outgoing record as is.
 
 :func:`scan_record` is the decoders' cheap first try (see ``_fastpath``): the C scanner alone,
@@ -30,13 +30,14 @@ dropped by a repeated name. The caller, who knows the record's strings, makes th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from itertools import accumulate
 from json.scanner import make_scanner
 from typing import Any
 
 from purgatory._codec._records import RecordError
 from purgatory._core import UsageError
+from purgatory._core._compact import dumps
 
 __all__ = [
     "MAX_DEPTH",
@@ -63,30 +64,6 @@ MAX_PAYLOAD_DEPTH = MAX_DEPTH - 4
 _TOO_DEEP = (
     f"not valid JSON (nested too deeply): more than {MAX_DEPTH} levels of arrays and objects"
 )
-_ENCODER = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
-)
-
-
-def _make_dumps() -> Callable[[object], str]:
-    # JSONEncoder.encode builds a new C encoder on every call, which costs more than the
-    # encoding of a small payload; this one is built once, with the same arguments.
-    try:
-        from _json import encode_basestring, make_encoder  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - a Python without the C accelerator
-        return _ENCODER.encode
-    encode = make_encoder(
-        None, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False
-    )
-
-    def dumps(value: object) -> str:
-        return "".join(encode(value, 0))
-
-    return dumps
-
-
-#: ``dumps(value) -> str``: canonical, compact JSON; one call of the C encoder.
-dumps = _make_dumps()
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
 
 

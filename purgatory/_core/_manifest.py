@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from purgatory._core._compact import dumps
 from purgatory._core._errors import BadRecordError, UsageError
 
 __all__ = [
@@ -147,7 +148,7 @@ def encode_manifest(manifest: SnapshotManifest) -> bytes:
         "crc32": manifest.crc32,
         "delivered": manifest.delivered,
     }
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    return dumps(doc).encode()
 
 
 def decode_manifest(data: bytes) -> SnapshotManifest:

@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from purgatory._core._compact import dumps
 from purgatory._core._engine import Engine, EngineConfig, _Finished
 from purgatory._core._entries import JournalEntry
 from purgatory._core._errors import BadRecordError
@@ -70,7 +71,7 @@ def snapshot_engine(engine: Engine) -> bytes:
             for _, e in engine.finished.items(now_ms=now)
         ],
     }
-    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    body = dumps(doc).encode()
     return _MAGIC + SNAPSHOT_VERSION.to_bytes(2, "big") + zlib.compress(body, 1)
 
 

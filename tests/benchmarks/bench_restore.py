@@ -91,7 +91,8 @@ from purgatory._core import (
 )
 from purgatory.devtools.broker import EmbeddedBroker
 from purgatory.service.app import kafka_transport
-from purgatory.service.journal.changelog import Changelog, decode_journal_record
+from purgatory.service.journal.changelog import Changelog
+from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.journal.snapshots import write_snapshot
 from purgatory.service.kafka.config import ConsumedRecord

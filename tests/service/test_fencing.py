@@ -24,7 +24,7 @@ import trio.testing
 from purgatory._codec import encode_callback
 from purgatory._core import Engine, replay_journal
 from purgatory.service.app import Service
-from purgatory.service.journal.changelog import decode_journal_record, fresh_entries, reach
+from purgatory.service.journal.format import decode_journal_record, fresh_entries, reach
 from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory.client import ApiError, AsyncPurgatoryClient
 from purgatory.service.app import Service, topics_of
-from purgatory.service.journal.changelog import decode_journal_record
+from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport

@@ -28,22 +28,7 @@ journal costs one produce round trip per batch, not per input. A batch holds at 
 per partition (records of one partition are never in flight together, so they cannot land out
 of order); a record is cut before ``max_record_bytes``, the rest goes to the next batch.
 
-A record of the changelog (key ``journal``, value JSON)::
-
-    {"v": 1, "type": "journal", "partition": 3, "entries": [<journal rows>],
-     "positions": {"<input topic>": <next offset>}, "delivered": <sequence>,
-     "inputs": [[<first entry>, <end entry>, "<input topic>", <offset>], ...]}
-
-``inputs`` (absent when the record holds no entry of a consumed record) says which entries
-each consumed record produced: ``entries[first:end]`` came from ``offset`` of that topic. Two
-writers on one partition (see below) can both journal the same consumed record before either
-is fenced; a replay applies a consumed record's entries only if it is not before the positions
-reached by the records before it (and takes the greatest position reached, not the last), so
-the log decides every input once, whoever wrote it twice.
-
-``delivered`` is the partition's highest outcome sequence whose callback (and every one before
-it) the broker had acknowledged when the record was written; a restore re-sends the outcomes
-after it.
+A record's format, and the rules a replay follows, are :mod:`purgatory.service.journal.format`'s.
 
 One writer per partition, checked at every acknowledgement: the writer knows the offset its
 next record of a partition should get (the end it restored to, then each of its own records).
@@ -73,35 +58,29 @@ replays what was acknowledged.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import trio
 
-from purgatory._core import JournalEntry, SizeLimitError, TransportError, encode_entry
+from purgatory._core import JournalEntry, SizeLimitError, TransportError
 from purgatory._core._backoff import Backoff
 from purgatory.service.errors import JournalStalledError, NotServingError
+from purgatory.service.journal.format import (
+    JOURNAL_KEY,
+    encode_journal_record,
+    entry_text,
+    marker_size,
+)
 from purgatory.service.kafka.transport import Delivery, OutRecord, RecordSink, SendFailure
 from purgatory.service.telemetry.logging import get_logger
 
-__all__ = [
-    "JOURNAL_KEY",
-    "Changelog",
-    "ChangelogStatistics",
-    "Gate",
-    "NoJournal",
-    "decode_journal_record",
-    "fresh_entries",
-    "reach",
-]
+__all__ = ["Changelog", "ChangelogStatistics", "Gate", "NoJournal"]
 
 _log = get_logger()
 
-JOURNAL_KEY = b"journal"
 _RECORD_OVERHEAD = 512  # the envelope around the entries, positions included
-_INDEX_DIGITS = 10  # an entry index in an ``inputs`` marker has at most this many digits
 #: The pause before a journal record the broker refused (retriable) is sent again.
 RETRY = Backoff(first_s=0.05, max_s=1.0)
 
@@ -210,11 +189,11 @@ class Changelog:
         self._check()
         if partition in self._fenced:
             raise NotServingError(partition, restoring=True)
-        text = json.dumps(encode_entry(entry), ensure_ascii=False, separators=(",", ":"))
+        text = entry_text(entry)
         size = len(text.encode("utf-8", "surrogatepass")) + 1
         consuming = self._consuming
         going_on = consuming is not None and consuming[0] == partition
-        marker = _marker_size(consuming[1], consuming[2]) if going_on and consuming else 0
+        marker = marker_size(consuming[1], consuming[2]) if going_on and consuming else 0
         if size + marker > self._max_entries_bytes:
             raise SizeLimitError(
                 "(record)",
@@ -243,7 +222,7 @@ class Changelog:
         if partition in self._fenced:
             return
         self._consuming = (partition, topic, offset)
-        marker = _marker_size(topic, offset)
+        marker = marker_size(topic, offset)
         part = self._open.parts.get(partition)
         if part is not None and part.size + marker > self._max_entries_bytes:
             self._seal()  # its marker would not fit: the record's entries start the next one
@@ -381,7 +360,7 @@ class Changelog:
         if part.inputs and part.inputs[-1][1] is None:
             if part.inputs[-1][0] == len(part.entries):
                 _first, _end, topic, offset = part.inputs.pop()  # it produced none here
-                part.size -= _marker_size(topic, offset)  # (refused, or a mere duplicate)
+                part.size -= marker_size(topic, offset)  # (refused, or a mere duplicate)
             else:
                 part.inputs[-1][1] = len(part.entries)
 
@@ -546,21 +525,11 @@ class Changelog:
         return fenced
 
     def _record(self, partition: int, part: _Part) -> OutRecord:
-        positions = json.dumps(part.positions, ensure_ascii=False, separators=(",", ":"))
         self._end_input(part)
-        inputs = (
-            ',"inputs":' + json.dumps(part.inputs, ensure_ascii=False, separators=(",", ":"))
-            if part.inputs
-            else ""
+        value = encode_journal_record(
+            partition, part.entries, part.positions, self._delivered(partition), part.inputs
         )
-        value = (
-            f'{{"v":1,"type":"journal","partition":{partition:d},'
-            f'"entries":[{",".join(part.entries)}],"positions":{positions},'
-            f'"delivered":{self._delivered(partition):d}{inputs}}}'
-        )
-        return OutRecord(
-            self._topic, JOURNAL_KEY, value.encode("utf-8", "surrogatepass"), partition=partition
-        )
+        return OutRecord(self._topic, JOURNAL_KEY, value, partition=partition)
 
 
 class Gate(Protocol):
@@ -596,53 +565,3 @@ class NoJournal:
 
     async def wait_for_room(self) -> None:
         """Nothing held: always room."""
-
-
-def fresh_entries(doc: dict[str, Any], positions: dict[str, int]) -> list[Any]:
-    """The entries of a journal batch to replay after ``positions`` (reached by the records
-    before it): those of a consumed record already applied before are left out (a second
-    writer journaled it again; see the module docstring)."""
-    entries: list[Any] = doc["entries"]
-    inputs = doc.get("inputs")
-    if not inputs:
-        return entries
-    stale = [
-        (first, end) for first, end, topic, offset in inputs if offset < positions.get(topic, 0)
-    ]
-    if not stale:
-        return entries
-    keep = [True] * len(entries)
-    for first, end in stale:
-        keep[first:end] = [False] * (end - first)
-    return [entry for entry, kept in zip(entries, keep, strict=True) if kept]
-
-
-def reach(positions: dict[str, int], reached: dict[str, int]) -> None:
-    """Fold a journal batch's positions into ``positions``: the greatest wins (two writers'
-    records interleave; every input before the greatest is in the log)."""
-    for topic, offset in reached.items():
-        if offset > positions.get(topic, 0):
-            positions[topic] = offset
-
-
-def decode_journal_record(value: bytes) -> dict[str, Any] | None:
-    """The journal batch of a changelog record; None for another kind of changelog record.
-
-    Raises:
-        TransportError: the record is not a changelog record this version can read.
-    """
-    try:
-        doc = json.loads(value)
-    except ValueError as exc:
-        raise TransportError(f"changelog record is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("v") != 1:
-        raise TransportError(f"changelog record of an unknown format: {value[:80]!r}")
-    if doc.get("type") != "journal":
-        return None
-    return doc
-
-
-def _marker_size(topic: str, offset: int) -> int:
-    """At most the bytes one ``inputs`` marker ``[first,end,"topic",offset],`` takes."""
-    quoted = json.dumps(topic, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    return len(quoted) + len(str(offset)) + 2 * _INDEX_DIGITS + 6

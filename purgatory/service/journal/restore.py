@@ -41,7 +41,7 @@ from purgatory._core import (
     restore_engine,
 )
 from purgatory.service.dispatch.partitions import ServiceState
-from purgatory.service.journal.changelog import decode_journal_record, fresh_entries, reach
+from purgatory.service.journal.format import decode_journal_record, fresh_entries, reach
 from purgatory.service.journal.snapshots import find_latest
 from purgatory.service.kafka.config import ConsumedRecord
 from purgatory.service.kafka.transport import LogReader, RecordSource
