@@ -42,6 +42,7 @@ from hypercorn.trio import serve
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
 from purgatory._core._backoff import Backoff
+from purgatory.service.dispatch.follow import follow_assignment
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
 from purgatory.service.egress.outbox import Outbox
@@ -51,7 +52,7 @@ from purgatory.service.ingress.http.openapi import load_openapi
 from purgatory.service.ingress.http.server import server_config
 from purgatory.service.ingress.intake import run_intake
 from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
-from purgatory.service.journal.restore import Progress, follow_assignment
+from purgatory.service.journal.restore import Progress
 from purgatory.service.kafka.clients import KafkaClientConfig, KafkaTransport
 from purgatory.service.kafka.transport import LogReader, RecordSink, RecordSource, Transport
 from purgatory.service.ops.overview import Overview

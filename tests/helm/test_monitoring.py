@@ -24,9 +24,9 @@ import trio.testing
 from purgatory._core import Engine, EngineConfig
 from purgatory.devtools.broker import EmbeddedBroker, free_port
 from purgatory.service.app import run_service
-from purgatory.service.egress.stats import OutboxStatistics
 from purgatory.service.settings import Settings
 from purgatory.service.telemetry.metrics import Metrics
+from purgatory.service.telemetry.stats import OutboxStatistics
 from reaper import Clock, CompletionExecutor, Reaper
 from tests.helm._chart import (
     FULLNAME,

@@ -10,11 +10,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, TimeDomain, UsageError
-from purgatory.service.egress.stats import OutboxStatistics
-from purgatory.service.journal.changelog import ChangelogStatistics
-from purgatory.service.journal.snapshot_watch import SnapshotStatus
-from purgatory.service.journal.supervisor import SupervisorStatistics
-from purgatory.service.ownership.layout import CountChange, LayoutStatus
 from purgatory.service.telemetry.metrics import (
     DEAD_LETTER_REASONS,
     LATENCY_BUCKETS_S,
@@ -22,6 +17,14 @@ from purgatory.service.telemetry.metrics import (
     WAIT_BUCKETS_S,
     Metrics,
     PartitionStatus,
+)
+from purgatory.service.telemetry.stats import (
+    ChangelogStatistics,
+    CountChange,
+    LayoutStatus,
+    OutboxStatistics,
+    SnapshotStatus,
+    SupervisorStatistics,
 )
 from reaper import ExecutorStatistics, ReaperStatistics
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from purgatory.service.journal.snapshot_watch import SnapshotStatus
-from purgatory.service.journal.supervisor import SupervisorStatistics
 from purgatory.service.telemetry.metrics import Metrics
 from purgatory.service.telemetry.snapshot_metrics import SNAPSHOT_METRIC_NAMES
+from purgatory.service.telemetry.stats import SnapshotStatus, SupervisorStatistics
 from tests.service.test_metrics import scrape, value
 
 

@@ -75,28 +75,15 @@ from purgatory.service.journal.format import (
 )
 from purgatory.service.kafka.transport import Delivery, OutRecord, RecordSink, SendFailure
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import ChangelogStatistics
 
-__all__ = ["Changelog", "ChangelogStatistics", "Gate", "NoJournal"]
+__all__ = ["Changelog", "Gate", "NoJournal"]
 
 _log = get_logger()
 
 _RECORD_OVERHEAD = 512  # the envelope around the entries, positions included
 #: The pause before a journal record the broker refused (retriable) is sent again.
 RETRY = Backoff(first_s=0.05, max_s=1.0)
-
-
-@dataclass(frozen=True, slots=True)
-class ChangelogStatistics:
-    """Counts of the journal writer since the start."""
-
-    batches: int
-    records: int
-    entries: int
-    bytes: int
-    retries: int
-    pending_entries: int
-    unacknowledged_s: float = 0.0  # how long the oldest unacknowledged entry has waited
-    stalled: bool = False  # that is wait_ms or longer
 
 
 @dataclass

@@ -37,33 +37,14 @@ from purgatory.service.journal.snapshots import MANIFEST_KEY
 from purgatory.service.kafka.config import ConsumedRecord
 from purgatory.service.kafka.transport import LogReader
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import SnapshotStatus
 
-__all__ = ["LOOK_BACK_RECORDS", "SnapshotStatus", "SnapshotWatch"]
+__all__ = ["LOOK_BACK_RECORDS", "SnapshotWatch"]
 
 _log = get_logger()
 
 #: How far back from a partition's end a manifest is looked for when none is known yet.
 LOOK_BACK_RECORDS = 80
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotStatus:
-    """One partition's latest snapshot, for the metrics.
-
-    Attributes:
-        partition: its number.
-        age_s: seconds since its latest snapshot was written (none found yet: since the watch
-            began).
-        lag_records: changelog records after that snapshot (none: every record).
-        journal_offset: the changelog offset the snapshot covers up to (0 without one).
-        found: whether a snapshot was found at all.
-    """
-
-    partition: int
-    age_s: float
-    lag_records: int
-    journal_offset: int
-    found: bool
 
 
 @dataclass(slots=True)

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -35,12 +34,12 @@ import trio
 from purgatory._core import UsageError
 from purgatory._core._backoff import Backoff
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import SupervisorStatistics
 
 __all__ = [
     "LIVES_WITH_PROCESS",
     "Child",
     "Supervisor",
-    "SupervisorStatistics",
     "exit_fields",
     "start_process",
     "with_pdeathsig",
@@ -116,23 +115,6 @@ class Child(Protocol):
     def kill(self) -> None:
         """Send SIGKILL (nothing if it already exited)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisorStatistics:
-    """The supervisor's counts.
-
-    Attributes:
-        starts: children started, the first included (a start that failed is counted too).
-        restarts: starts after the first: each follows an exit or a failed start.
-        pid: the running child's process id (None while the back-off waits).
-        last_exit: the last exit status (``-N``: killed by signal N), None before any exit.
-    """
-
-    starts: int
-    restarts: int
-    pid: int | None
-    last_exit: int | None
 
 
 def exit_fields(status: int) -> dict[str, object]:

@@ -31,7 +31,6 @@ read every second here); the changelog's and the snapshots' from a metadata requ
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 
 import trio
 
@@ -39,39 +38,14 @@ from purgatory._core import ConfigError, TransportError
 from purgatory.service.kafka.transport import LogReader, RecordSource
 from purgatory.service.settings import Settings, env_name
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import CountChange, LayoutStatus
 
-__all__ = ["CountChange", "LayoutStatus", "TopicLayout", "check_counts", "read_counts"]
+__all__ = ["TopicLayout", "check_counts", "read_counts"]
 
 _log = get_logger()
 
 _DECLARED = env_name("topic_partitions")
 _GUIDE = "docs/service.md, 'Partition counts'"
-
-
-@dataclass(frozen=True, slots=True)
-class CountChange:
-    """A topic's partition count changed while the service ran."""
-
-    topic: str
-    old: int
-    new: int
-
-
-@dataclass(frozen=True, slots=True)
-class LayoutStatus:
-    """The topics' partition counts at one instant (``/readyz`` and the metrics).
-
-    Attributes:
-        counts: the latest count seen of each topic checked.
-        partitions: the one count they had at start (None: not checked yet).
-        changes: every change seen while running, in order.
-        inputs_stopped: why the service takes no inputs (None: it takes them).
-    """
-
-    counts: Mapping[str, int] = field(default_factory=dict)
-    partitions: int | None = None
-    changes: tuple[CountChange, ...] = ()
-    inputs_stopped: str | None = None
 
 
 def check_counts(counts: Mapping[str, int], declared: int | None) -> int:

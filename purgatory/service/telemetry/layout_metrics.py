@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from purgatory.service.ownership.layout import LayoutStatus
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import LayoutStatus
 
 __all__ = ["LAYOUT_METRIC_NAMES", "LayoutCollector"]
 

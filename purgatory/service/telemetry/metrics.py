@@ -30,14 +30,16 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from purgatory._core import EngineStatistics, Outcome, OutcomeKind, UsageError
-from purgatory.service.egress.stats import OutboxStatistics
-from purgatory.service.journal.changelog import ChangelogStatistics
-from purgatory.service.journal.snapshot_watch import SnapshotStatus
-from purgatory.service.journal.supervisor import SupervisorStatistics
-from purgatory.service.ownership.layout import LayoutStatus
 from purgatory.service.telemetry.layout_metrics import LAYOUT_METRIC_NAMES, LayoutCollector
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.snapshot_metrics import SNAPSHOT_METRIC_NAMES, SnapshotCollector
+from purgatory.service.telemetry.stats import (
+    ChangelogStatistics,
+    LayoutStatus,
+    OutboxStatistics,
+    SnapshotStatus,
+    SupervisorStatistics,
+)
 from reaper import ExecutorStatistics, ReaperStatistics
 
 __all__ = [

@@ -18,9 +18,8 @@ from typing import TypeVar
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from purgatory.service.journal.snapshot_watch import SnapshotStatus
-from purgatory.service.journal.supervisor import SupervisorStatistics
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.stats import SnapshotStatus, SupervisorStatistics
 
 __all__ = ["SNAPSHOT_METRIC_NAMES", "SnapshotCollector"]
 
