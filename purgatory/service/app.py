@@ -1,27 +1,30 @@
-"""The composition root (service layer): builds the parts and runs them in one nursery.
+"""The composition root (service layer): builds the stages, connects them, runs them.
 
-::
+A signal or a registration crosses the stages in one direction::
 
-    RecordSource --> intake --+                 journal entries --> Changelog (write-ahead)
-    HTTP (hypercorn) ---------+--> ServiceState ------------------------+ acknowledged:
-    reaper: sleeps to the ----+    (one engine per                      v
-      next deadline                 input partition)  outcomes --> Outbox --> callbacks, dead
-    follow_assignment: restores                                     letters, acks (waiters,
-      each partition it is given                                    metrics), offset commits
+    ingress                dispatch              journal               egress
+    Kafka intake --+                                                  Outbox --> callbacks,
+    HTTP routes ---+--> ServiceState ------> Release ----------------->   dead letters,
+                        (an engine per       (held until the          |   offset commits
+    reaper: the next     partition; its      Changelog acknowledged   v
+      deadline --------> entries to the      the entries that      Acknowledgements --> waiters,
+                         Changelog)          decided it)              recent outcomes
 
-Each part is an object with a name on :class:`Service` (``state``, ``changelog``, ``outbox``,
-``executor``, ``reaper``, ``app``, and ``recent`` and ``overview`` for the operators' page at
-``/ui``), so a test can build the service over any
-:class:`~purgatory.service.kafka.transport.Transport` (the in-memory fake included) and drive or
-inspect one part alone.
+Two objects carry the flows between stages: every decided outcome goes to ``release``
+(:mod:`purgatory.service.journal.release`: journaled first, then the outbox), and every
+acknowledged one to ``acks`` (:mod:`purgatory.service.egress.acknowledgements`). Each stage is
+an attribute of :class:`Service` (``state``, ``changelog``, ``release``, ``outbox``, ``acks``,
+``executor``, ``reaper``, ``app``; ``recent`` and ``overview`` for the operator's page), so a test
+can build the service over any :class:`~purgatory.service.kafka.transport.Transport` (the
+in-memory fake included) and drive or inspect one stage alone. ``docs/architecture.md`` tells
+both paths hop by hop.
 
 Before anything starts, the topics keyed by scope must share one partition count, and while
 the service runs a change of one stops its inputs (:mod:`purgatory.service.ownership.layout`).
 
 Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
 the reaper); decide every expiration already due; flush the journal; close the outbox and let it
-send, await the
-acknowledgement of, and commit everything decided before the stop, within
+send, await the acknowledgement of, and commit everything decided before the stop, within
 ``shutdown_grace_ms``; then close the producer. A stop that could not deliver everything in time
 raises :class:`~purgatory._core.TransportError` naming how many records were left (the process
 exits 1), never silently.
@@ -32,7 +35,6 @@ from __future__ import annotations
 import functools
 import random
 import signal as signals
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +43,11 @@ from hypercorn.trio import serve
 
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
-from purgatory._core._backoff import Backoff
+from purgatory.service.dispatch.fences import FenceHoldOff
 from purgatory.service.dispatch.follow import follow_assignment
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
+from purgatory.service.egress.acknowledgements import Acknowledgements
 from purgatory.service.egress.outbox import Outbox
 from purgatory.service.ingress.http.app import HttpConfig, build_app
 from purgatory.service.ingress.http.auth import Authenticator
@@ -52,6 +55,7 @@ from purgatory.service.ingress.http.openapi import load_openapi
 from purgatory.service.ingress.http.server import server_config
 from purgatory.service.ingress.intake import run_intake
 from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
+from purgatory.service.journal.release import release_for
 from purgatory.service.journal.restore import Progress
 from purgatory.service.kafka.clients import KafkaClientConfig, KafkaTransport
 from purgatory.service.kafka.transport import LogReader, RecordSink, RecordSource, Transport
@@ -68,12 +72,6 @@ from reaper import Clock, CompletionExecutor, Reaper
 __all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
 
 _log = get_logger()
-
-#: After a fence, a partition waits this long (doubling per fence in a row, up to the most;
-#: with jitter) before it is restored again: two writers on one partition (a misconfiguration)
-#: then take turns instead of fencing each other on every batch.
-FENCE_BACKOFF = Backoff(first_s=0.5, max_s=10.0)
-_FENCE_STREAK_RESET_S = 300.0
 
 
 def limits_of(settings: Settings) -> Limits:
@@ -159,54 +157,94 @@ class Service:
 
     def __post_init__(self) -> None:
         settings, clock = self.settings, self.clock
-        requests, signals = settings.topic_requests, settings.topic_signals
-        self.input_topics = (requests, signals)
-        # Checked against the other topics' when the service runs (TopicLayout.check).
-        partitions = self.source.partition_count(requests)
         if settings.journal and self.reader is None:
             raise UsageError("a journaled service needs a reader of the changelog")
-        self.metrics.expect_dead_letters((settings.topic_requests, settings.topic_signals))
-        self.metrics.expect_records(
-            consumed=(settings.topic_requests, settings.topic_signals),
-            produced=(settings.topic_callbacks, settings.topic_dead_letters),
-        )
-        self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
+        self.input_topics = (settings.topic_requests, settings.topic_signals)
+        # Checked against the other topics' when the service runs (TopicLayout.check).
+        partitions = self.source.partition_count(settings.topic_requests)
+        self._expect_metrics()
         self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
         self.recent = Recent(clock.now_ms)
-        self.outbox = Outbox(
+        # The stages, in the order a decided outcome crosses them: the partitions' engines
+        # decide (dispatch), the journal holds each outcome until its entries are durable
+        # (release), the outbox sends it, and its acknowledgement fans out.
+        self.acks = Acknowledgements()
+        self.outbox = self._build_outbox()
+        self.changelog = self._build_changelog()
+        self.gate: Gate = self.changelog if self.changelog is not None else NoJournal()
+        self.release = release_for(self.changelog, self.outbox.put)
+        self.state = self._build_state(partitions)
+        self.acks.listen(self.state.delivered)
+        self.acks.listen(self.recent.outcome)
+        self.fencing = FenceHoldOff(self.jitter)
+        self.restores: dict[int, Progress] = {}
+        self.source.on_revoke(self._hand_over)
+        self.owners, self.forwarder = self._build_ownership(partitions)
+        self.reaper = Reaper(
+            self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
+        )
+        self.layout = TopicLayout(
+            settings, self.source, self.reader, on_change=self.state.stop_inputs
+        )
+        self._bind_metrics()
+        self.overview = Overview(
+            self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
+        )
+        self.http_config = self._build_http_config()
+        self.app = build_app(self.state, self.http_config, self.gate)
+
+    @property
+    def fences(self) -> dict[int, int]:
+        """Partition -> times it was fenced (another writer appended to its changelog)."""
+        return self.fencing.counts
+
+    def _expect_metrics(self) -> None:
+        settings = self.settings
+        inputs, outputs = self.input_topics, (settings.topic_callbacks, settings.topic_dead_letters)
+        self.metrics.expect_dead_letters(inputs)
+        self.metrics.expect_records(consumed=inputs, produced=outputs)
+        self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
+
+    def _build_outbox(self) -> Outbox:
+        settings = self.settings
+        return Outbox(
             self.sink,
             self.executor,
-            clock,
+            self.clock,
             callbacks_topic=settings.topic_callbacks,
             dead_letters_topic=settings.topic_dead_letters,
             max_record_bytes=settings.max_record_bytes,
             commit=self.source.commit,
-            on_delivered=self._delivered,
+            on_delivered=self.acks.delivered,
             on_dead_lettered=self.recent.dead_letter,
             metrics=self.metrics,
             reply_to_timeout_ms=settings.reply_to_timeout_ms,
         )
-        self.changelog: Changelog | None = None
-        self.gate: Gate = NoJournal()
-        if settings.journal:
-            self.changelog = Changelog(
-                self.sink,
-                topic=settings.topic_changelog,
-                max_record_bytes=settings.max_record_bytes,
-                delivered=self._acked,
-                on_fenced=self._fenced,
-                wait_ms=settings.journal_wait_ms,
-            )
-            self.gate = self.changelog
-        self.state = ServiceState(
+
+    def _build_changelog(self) -> Changelog | None:
+        settings = self.settings
+        if not settings.journal:
+            return None
+        return Changelog(
+            self.sink,
+            topic=settings.topic_changelog,
+            max_record_bytes=settings.max_record_bytes,
+            delivered=self._acked,
+            on_fenced=self._fenced,
+            wait_ms=settings.journal_wait_ms,
+        )
+
+    def _build_state(self, partitions: int) -> ServiceState:
+        settings = self.settings
+        return ServiceState(
             settings.to_engine_config(),
             partitions=partitions,
-            now_ms=clock.now_ms,
+            now_ms=self.clock.now_ms,
             max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
             wake=self._wake,
             wake_now=self._wake_now,
             metrics=self.metrics,
-            deliver=self._decided,
+            deliver=self.release.decided,
             journal_for=self.changelog.journal_for if self.changelog is not None else None,
             resend=self.outbox.put,
             reply_to=ReplyToPolicy.from_settings(settings),
@@ -214,30 +252,27 @@ class Service:
             max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
             max_memory_bytes=settings.max_memory_bytes,
         )
-        self.restores: dict[int, Progress] = {}
-        self.fences: dict[int, int] = {}  # partition -> times fenced
-        self._fence_streak: dict[int, tuple[int, float]] = {}  # partition -> (in a row, last)
-        self._fence_until: dict[int, float] = {}  # partition -> when it may be restored again
-        self.source.on_revoke(self._hand_over)
-        self.owners: StaticOwners | None = None
-        self.forwarder: Forwarder | None = None
+
+    def _build_ownership(self, partitions: int) -> tuple[StaticOwners | None, Forwarder | None]:
+        """Who owns which partition (static ordinals), and the forwarder to the owner."""
+        settings = self.settings
         if settings.peer_urls is not None and settings.replica_ordinal is not None:
-            self.owners = StaticOwners(settings.peer_urls, settings.replica_ordinal, partitions)
+            owners = StaticOwners(settings.peer_urls, settings.replica_ordinal, partitions)
             if settings.kafka_static_partitions is None or sorted(
                 settings.kafka_static_partitions
-            ) != list(self.owners.own()):
+            ) != list(owners.own()):
                 raise UsageError(
                     f"PURGATORY_KAFKA_STATIC_PARTITIONS must be the partitions replica"
                     f" {settings.replica_ordinal} of {len(settings.peer_urls)} owns by"
-                    f" PURGATORY_PEER_URLS ({','.join(map(str, self.owners.own()))}), got"
+                    f" PURGATORY_PEER_URLS ({','.join(map(str, owners.own()))}), got"
                     f" {settings.kafka_static_partitions}"
                 )
-            self.forwarder = new_forwarder(me=str(settings.replica_ordinal))
-        elif settings.advertised_url is not None and settings.kafka_static_partitions is None:
-            self.forwarder = new_forwarder(me=settings.advertised_url)
-        self.reaper = Reaper(
-            self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
-        )
+            return owners, new_forwarder(me=str(settings.replica_ordinal))
+        if settings.advertised_url is not None and settings.kafka_static_partitions is None:
+            return None, new_forwarder(me=settings.advertised_url)
+        return None, None
+
+    def _bind_metrics(self) -> None:
         self.metrics.bind(
             engine_stats=self.state.engine_statistics,
             executor_stats=self.executor.statistics,
@@ -248,14 +283,11 @@ class Service:
             partitions=self.partition_status,
             journal=self.changelog.statistics if self.changelog is not None else None,
         )
-        self.layout = TopicLayout(
-            settings, self.source, self.reader, on_change=self.state.stop_inputs
-        )
         self.metrics.bind_layout(self.layout.statistics)
-        self.overview = Overview(
-            self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
-        )
-        self.http_config = HttpConfig(
+
+    def _build_http_config(self) -> HttpConfig:
+        settings = self.settings
+        return HttpConfig(
             limits=limits_of(settings),
             max_request_bytes=settings.max_request_bytes,
             max_batch=settings.max_batch,
@@ -271,7 +303,6 @@ class Service:
             owner_url=self._owner_url,
             overview=self.overview.snapshot,
         )
-        self.app = build_app(self.state, self.http_config, self.gate)
 
     def is_ready(self) -> bool:
         """Serving, taking inputs (the topics' partition counts did not change), holding
@@ -312,7 +343,7 @@ class Service:
                     records,
                     seconds,
                     state=state,
-                    fenced=self.fences.get(partition, 0),
+                    fenced=self.fencing.counts.get(partition, 0),
                 )
             )
         return statuses
@@ -414,25 +445,18 @@ class Service:
 
     def _fenced(self, partition: int) -> None:
         """Another writer wrote to ``partition``'s changelog: stop serving it; the assignment
-        follower restores it again from the changelog (if it is still ours) after a back-off
-        that doubles while the fences go on (a second writer that stays is a
-        misconfiguration: the log, the metric and ``/readyz`` say so)."""
+        follower restores it again from the changelog (if it is still ours) after the hold-off
+        (:mod:`purgatory.service.dispatch.fences`)."""
         self.state.drop(partition)
         self.restores.pop(partition, None)
         self.metrics.partition_fenced(partition)
-        self.fences[partition] = self.fences.get(partition, 0) + 1
-        now = trio.current_time()
-        streak, last = self._fence_streak.get(partition, (0, now))
-        streak = streak + 1 if now - last < _FENCE_STREAK_RESET_S else 1
-        self._fence_streak[partition] = (streak, now)
-        delay = FENCE_BACKOFF.delay_s(streak - 1, self.jitter)  # two writers: not in step
-        self._fence_until[partition] = now + delay
+        delay, streak = self.fencing.fenced(partition)
         _log.warning(
             "partition_restore_deferred",
             partition=partition,
             seconds=round(delay, 3),
             fences_in_a_row=streak,
-            fences=self.fences[partition],
+            fences=self.fencing.counts[partition],
         )
 
     def _held_back(self, partition: int) -> bool:
@@ -446,23 +470,12 @@ class Service:
         )
 
     def _holding_off(self, partition: int) -> bool:
-        """Whether ``partition`` waits out its back-off after a fence."""
-        return trio.current_time() < self._fence_until.get(partition, 0.0)
+        """Whether ``partition`` waits out its hold-off after a fence."""
+        return self.fencing.holding_off(partition)
 
+    # Late-bound: the changelog and the state are built before the parts these reach.
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)
-
-    def _decided(self, outcomes: Sequence[Outcome]) -> None:
-        if self.changelog is None:
-            self.outbox.put(outcomes)
-        else:
-            self.changelog.after(
-                functools.partial(self.outbox.put, outcomes), partition=outcomes[0].partition
-            )
-
-    def _delivered(self, outcome: Outcome) -> None:
-        self.state.delivered(outcome)
-        self.recent.outcome(outcome)
 
     def _wake(self, deadline_ms: int) -> None:
         self.reaper.wake_if_earlier(deadline_ms)
@@ -491,107 +504,131 @@ class Service:
             TransportError: records decided before the stop were not acknowledged within
                 ``shutdown_grace_ms``.
         """
-        settings = self.settings
-        hypercorn = server_config(
-            f"{settings.http_host}:{settings.http_port}",
-            max_wait_ms=settings.max_wait_ms,
-            graceful_timeout_s=settings.shutdown_grace_ms / 1000,
-        )
-        http_stopped = trio.Event()
-        outbox_done = trio.Event()
-        changelog_done = trio.Event()
-
-        async def run_changelog(*, task_status: trio.TaskStatus[None]) -> None:
-            assert self.changelog is not None
-            try:
-                await self.changelog.run(task_status=task_status)
-            finally:
-                changelog_done.set()
-
-        async def run_outbox(*, task_status: trio.TaskStatus[None]) -> None:
-            try:
-                await self.outbox.run(task_status=task_status)
-            finally:
-                outbox_done.set()
-
         await self.layout.check()  # before anything starts: a ConfigError refuses the start
         async with trio.open_nursery() as nursery:
             if own_signals:
                 nursery.start_soon(_stop_on_signals, stop)
-            await nursery.start(self.executor.run)
-            await nursery.start(run_outbox)
-            if self.changelog is not None:
-                await nursery.start(run_changelog)
-            else:
-                changelog_done.set()
-            async with trio.open_nursery() as inputs:
-                await inputs.start(self.reaper.run)
-                inputs.start_soon(self.follow_assignment)
-                inputs.start_soon(self.layout.run)
-                inputs.start_soon(
-                    functools.partial(
-                        run_intake,
-                        self.source,
-                        self.state,
-                        self.outbox,
-                        requests_topic=settings.topic_requests,
-                        signals_topic=settings.topic_signals,
-                        limits=limits_of(settings),
-                        metrics=self.metrics,
-                        gate=self.gate,
-                    )
-                )
-                asgi: Any = self.app  # hypercorn's framework type does not name Starlette
-                bound: list[str] = []
-                if serve_http:
-                    bound = await inputs.start(
-                        functools.partial(
-                            serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
-                        )
-                    )
-                # Ready (and started, for the caller) once every partition held at the start is
-                # restored; HTTP answers meanwhile: /readyz 503, the partitions' inputs 503.
-                while not self._caught_up() and not stop.is_set():
-                    await trio.sleep(0.01)
-                self.ready = True
-                _log.info("service_ready", http=bound)
-                if not settings.client_tokens():
-                    _log.warning(
-                        "api_open",
-                        http=bound,
-                        detail="no API token is set: anyone who reaches these addresses can"
-                        " register and cancel any operation",
-                    )
-                task_status.started(bound)
-                await stop.wait()
-                self.ready = False
-                _log.info("service_stopping")
-                http_stopped.set()
-                inputs.cancel_scope.cancel()
-            # The inputs are stopped: decide what is due, then deliver everything decided.
-            due = self.state.catch_up(self.clock.now_ms())
-            with trio.move_on_after(settings.shutdown_grace_ms / 1000):
-                if self.changelog is not None:
-                    self.changelog.close()
-                    await changelog_done.wait()
-                self.outbox.close()
-                await outbox_done.wait()
-            if not outbox_done.is_set():
-                left = self.outbox.statistics()
-                nursery.cancel_scope.cancel()
-                raise TransportError(
-                    f"shutdown: {left.queued + left.in_flight} record(s) decided before the stop"
-                    f" were not acknowledged within shutdown_grace_ms"
-                    f" ({settings.shutdown_grace_ms} ms)"
-                )
-            if self.changelog is not None:
-                with trio.move_on_after(settings.shutdown_grace_ms / 1000):
-                    await self.changelog.mark_delivered(self.state.serving())
-            await self.executor.aclose()
-            if self.forwarder is not None:
-                await self.forwarder.aclose()
+            done = await self._start_outputs(nursery)
+            await self._serve_inputs(stop, serve_http=serve_http, task_status=task_status)
+            due = await self._drain(nursery, done)
         stats = self.outbox.statistics()
         _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
+
+    async def _start_outputs(self, nursery: trio.Nursery) -> _Outputs:
+        """Start what delivers (the completion executor, the outbox, the journal's writer),
+        each marking its event when it ends."""
+        done = _Outputs(outbox=trio.Event(), changelog=trio.Event())
+
+        async def run_until_done(
+            part: Any, ended: trio.Event, *, task_status: trio.TaskStatus[None]
+        ) -> None:
+            try:
+                await part.run(task_status=task_status)
+            finally:
+                ended.set()
+
+        await nursery.start(self.executor.run)
+        await nursery.start(run_until_done, self.outbox, done.outbox)
+        if self.changelog is not None:
+            await nursery.start(run_until_done, self.changelog, done.changelog)
+        else:
+            done.changelog.set()
+        return done
+
+    async def _serve_inputs(
+        self, stop: trio.Event, *, serve_http: bool, task_status: trio.TaskStatus[list[str]]
+    ) -> None:
+        """Take inputs (the reaper, the assignment, the layout watch, the intake, HTTP) until
+        ``stop``; ready (and started, for the caller) once every partition held is restored."""
+        settings = self.settings
+        http_stopped = trio.Event()
+        async with trio.open_nursery() as inputs:
+            await inputs.start(self.reaper.run)
+            inputs.start_soon(self.follow_assignment)
+            inputs.start_soon(self.layout.run)
+            inputs.start_soon(self._run_intake)
+            bound: list[str] = []
+            if serve_http:
+                hypercorn = server_config(
+                    f"{settings.http_host}:{settings.http_port}",
+                    max_wait_ms=settings.max_wait_ms,
+                    graceful_timeout_s=settings.shutdown_grace_ms / 1000,
+                )
+                asgi: Any = self.app  # hypercorn's framework type does not name Starlette
+                serving = functools.partial(
+                    serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
+                )
+                bound = await inputs.start(serving)
+            # HTTP answers meanwhile: /readyz 503, the restoring partitions' inputs 503.
+            while not self._caught_up() and not stop.is_set():
+                await trio.sleep(0.01)
+            self.ready = True
+            _log.info("service_ready", http=bound)
+            if not settings.client_tokens():
+                _log.warning(
+                    "api_open",
+                    http=bound,
+                    detail="no API token is set: anyone who reaches these addresses can"
+                    " register and cancel any operation",
+                )
+            task_status.started(bound)
+            await stop.wait()
+            self.ready = False
+            _log.info("service_stopping")
+            http_stopped.set()
+            inputs.cancel_scope.cancel()
+
+    async def _run_intake(self) -> None:
+        settings = self.settings
+        await run_intake(
+            self.source,
+            self.state,
+            self.outbox,
+            requests_topic=settings.topic_requests,
+            signals_topic=settings.topic_signals,
+            limits=limits_of(settings),
+            metrics=self.metrics,
+            gate=self.gate,
+        )
+
+    async def _drain(self, nursery: trio.Nursery, done: _Outputs) -> int:
+        """The inputs are stopped: decide what is due, then deliver everything decided, within
+        ``shutdown_grace_ms``; how many expired at the stop.
+
+        Raises:
+            TransportError: what was decided was not all acknowledged in time.
+        """
+        grace_s = self.settings.shutdown_grace_ms / 1000
+        due = self.state.catch_up(self.clock.now_ms())
+        with trio.move_on_after(grace_s):
+            if self.changelog is not None:
+                self.changelog.close()
+                await done.changelog.wait()
+            self.outbox.close()
+            await done.outbox.wait()
+        if not done.outbox.is_set():
+            left = self.outbox.statistics()
+            nursery.cancel_scope.cancel()
+            raise TransportError(
+                f"shutdown: {left.queued + left.in_flight} record(s) decided before the stop"
+                f" were not acknowledged within shutdown_grace_ms"
+                f" ({self.settings.shutdown_grace_ms} ms)"
+            )
+        if self.changelog is not None:
+            with trio.move_on_after(grace_s):
+                await self.changelog.mark_delivered(self.state.serving())
+        await self.executor.aclose()
+        if self.forwarder is not None:
+            await self.forwarder.aclose()
+        return due
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    """Set when each output stage has ended."""
+
+    outbox: trio.Event
+    changelog: trio.Event
 
 
 async def run_service(
