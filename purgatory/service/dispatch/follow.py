@@ -63,11 +63,7 @@ async def follow_assignment(
         paused = {p for t, p in source.held() if t in input_topics}
         # Taken away; or taken away and given back between two looks (held again: the
         # consumer's position was reset, so the partition is restored again from its journal).
-        for partition in sorted((known - held) | (known & paused)):
-            state.drop(partition)
-            progress.pop(partition, None)
-            known.discard(partition)
-            _log.info("partition_dropped", partition=partition)
+        _drop(state, progress, known, (known - held) | (known & paused))
         new = sorted(p for p in held - known if not hold_off(p))
         for partition in new:
             state.restoring(partition)
@@ -94,6 +90,16 @@ async def follow_assignment(
         await trio.sleep(poll_s)
 
 
+def _drop(
+    state: ServiceState, progress: dict[int, Progress], known: set[int], gone: set[int]
+) -> None:
+    for partition in sorted(gone):
+        state.drop(partition)
+        progress.pop(partition, None)
+        known.discard(partition)
+        _log.info("partition_dropped", partition=partition)
+
+
 async def _take(
     source: RecordSource,
     state: ServiceState,
@@ -108,11 +114,11 @@ async def _take(
     commit: Callable[[dict[tuple[str, int], int]], None],
     took: Callable[[int, int], None] | None,
 ) -> None:
+    """Restore ``partition`` (or start it empty without a ``reader``), then serve it."""
     status = progress[partition] = Progress(partition)
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
-    acked = 0
-    journal_end: int | None = None
+    acked, journal_end = 0, None
     if reader is not None:
         _log.info("partition_restoring", partition=partition)
         restored = await restore_partition(
@@ -124,9 +130,8 @@ async def _take(
             journal=state.journal(partition),
             progress=status,
         )
-        engine = restored.engine
-        positions, resend, acked = restored.positions, restored.resend, restored.acked
-        journal_end = restored.journal_end
+        engine, positions, resend = restored.engine, restored.positions, restored.resend
+        acked, journal_end = restored.acked, restored.journal_end
     else:  # no journal: the partition starts empty
         engine = state.new_engine(partition, start_ms=0)
         status.seconds = 0.0
@@ -135,8 +140,7 @@ async def _take(
         return  # taken away meanwhile: its next owner restores it
     if took is not None and journal_end is not None:
         took(partition, journal_end)  # before the resume entry: the first record checked
-    now = clock.now_ms()
-    late = engine.resume(now)
+    late = engine.resume(clock.now_ms())
     epochs = {t: source.resume_epoch(t, partition) for t in input_topics}
     state.serve(partition, engine, acked=acked, positions=positions, epochs=epochs)
     state.redeliver(resend)

@@ -386,17 +386,18 @@ class ServiceState:
                 status=status.value,
                 deadline_ms=spec.deadline_ms,
             )
-        if spec.time_domain is TimeDomain.PROCESSING_TIME:
-            if (
-                spec.deadline_ms <= now
-                and status is RegistrationStatus.PENDING
-                and self._metrics is not None
-            ):
-                self._metrics.registration_overdue()
-            self._wake(spec.deadline_ms)
-        else:
-            self._wake_now()  # a deadline behind the watermark is due at the next step
+        self._wake_for(spec, status, now)
         return registration
+
+    def _wake_for(self, spec: OperationSpec, status: RegistrationStatus, now: int) -> None:
+        """Wake the reaper for a registration's deadline (counted if already overdue)."""
+        if spec.time_domain is not TimeDomain.PROCESSING_TIME:
+            self._wake_now()  # a deadline behind the watermark is due at the next step
+            return
+        overdue = spec.deadline_ms <= now and status is RegistrationStatus.PENDING
+        if overdue and self._metrics is not None:
+            self._metrics.registration_overdue()
+        self._wake(spec.deadline_ms)
 
     def cancel(self, request: CancelRequest) -> Outcome | None:
         """Cancel a pending operation; None if it is not pending."""

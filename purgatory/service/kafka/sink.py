@@ -350,13 +350,12 @@ async def open_kafka_sink(
 ) -> AsyncIterator[KafkaSink]:
     """Produce through a dedicated thread; yield a ``KafkaSink`` while it runs.
 
-    On a normal exit the sink flushes (raising ``TransportError`` on delivery failures), then
-    closes the producer. On cancellation or an error the producer is still flushed (for at most
-    ``delivery_timeout_ms``) and closed; records still queued in the channel may be dropped.
-    The exit waits at most ``close_timeout_ms`` for that flush: past it (a broker that stopped
-    answering), the producer thread is left to finish on its own and ``TransportError`` is
-    raised, so a stop is bounded. Nothing was promised for the records it still holds: none was
-    acknowledged, so the journal has them as not delivered, and the next owner re-sends them.
+    On a normal exit the sink flushes (``TransportError`` on delivery failures), for at most
+    ``close_timeout_ms``: past it (a broker that stopped answering) the producer thread is left
+    to finish alone and ``TransportError`` is raised, so a stop is bounded (none of its records
+    was acknowledged: the journal has them as not delivered, the next owner re-sends them). On
+    cancellation or an error the producer is still flushed and closed; records still queued in
+    the channel may be dropped.
 
     Args:
         config: how to reach the brokers.
@@ -371,8 +370,7 @@ async def open_kafka_sink(
         metadata_timeout_ms: how long ``send`` waits for the metadata of a topic it has none
             of (at most ``delivery_timeout_ms``); the record then fails, retriable. The producer
             thread waits meanwhile: a topic that does not exist costs this much per attempt.
-        close_timeout_ms: how long the exit waits for the last flush (None: as long as it
-            takes, at most ``delivery_timeout_ms`` and a little more).
+        close_timeout_ms: how long the exit waits for the last flush (None: unbounded).
 
     Raises:
         UsageError: a bad argument (the message names it).
@@ -380,22 +378,9 @@ async def open_kafka_sink(
     """
     if max_in_flight < 1:
         raise UsageError(f"max_in_flight must be >= 1, got {max_in_flight}")
-    if metadata_timeout_ms < 1:
-        raise UsageError(f"metadata_timeout_ms must be >= 1, got {metadata_timeout_ms}")
-    if linger_ms < 0 or delivery_timeout_ms <= linger_ms:
-        raise UsageError(
-            f"need 0 <= linger_ms < delivery_timeout_ms, got {linger_ms} and {delivery_timeout_ms}"
-        )
-    kwargs = config.kafka_kwargs() | {
-        **no_topic_creation(),
-        "linger_ms": linger_ms,
-        "acks": "all",
-        "delivery_timeout_ms": delivery_timeout_ms,
-        "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
-        "max_block_ms": min(metadata_timeout_ms, delivery_timeout_ms),
-        "max_request_size": max_request_bytes,
-        "bootstrap_timeout_ms": connect_timeout_ms,
-    }
+    kwargs = _producer_kwargs(
+        config, linger_ms, delivery_timeout_ms, metadata_timeout_ms, max_request_bytes
+    ) | {"bootstrap_timeout_ms": connect_timeout_ms}
     thread = _ProducerThread(kwargs, flush_timeout_s=delivery_timeout_ms / 1000 + 5)
     send, receive = trio.open_memory_channel[_Item](max_in_flight)
     with raising_single_errors():
@@ -404,13 +389,44 @@ async def open_kafka_sink(
             with send:
                 sink = KafkaSink(send, thread)
                 yield sink
-                bound_s = math.inf if close_timeout_ms is None else close_timeout_ms / 1000
-                with trio.move_on_after(bound_s) as waited:
-                    await sink.flush()
-            if waited.cancelled_caught:
+                finished = await _flush_within(sink, close_timeout_ms)
+            if not finished:
                 nursery.cancel_scope.cancel()  # abandons the producer thread
                 raise TransportError(
                     f"the producer did not finish within {close_timeout_ms} ms of the close: the"
                     f" broker at {kwargs['bootstrap_servers']} does not acknowledge (its records"
                     " were not acknowledged, so nothing was promised for them)"
                 )
+
+
+def _producer_kwargs(
+    config: KafkaClientConfig,
+    linger_ms: int,
+    delivery_timeout_ms: int,
+    metadata_timeout_ms: int,
+    max_request_bytes: int,
+) -> dict[str, Any]:
+    """kafka-python's producer settings for :func:`open_kafka_sink` (``UsageError`` when they
+    do not fit together)."""
+    if metadata_timeout_ms < 1:
+        raise UsageError(f"metadata_timeout_ms must be >= 1, got {metadata_timeout_ms}")
+    if linger_ms < 0 or delivery_timeout_ms <= linger_ms:
+        raise UsageError(
+            f"need 0 <= linger_ms < delivery_timeout_ms, got {linger_ms} and {delivery_timeout_ms}"
+        )
+    return config.kafka_kwargs() | {
+        **no_topic_creation(),
+        "linger_ms": linger_ms,
+        "acks": "all",
+        "delivery_timeout_ms": delivery_timeout_ms,
+        "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
+        "max_block_ms": min(metadata_timeout_ms, delivery_timeout_ms),
+        "max_request_size": max_request_bytes,
+    }
+
+
+async def _flush_within(sink: KafkaSink, timeout_ms: int | None) -> bool:
+    """Flush ``sink``; whether it finished within ``timeout_ms`` (None: no bound)."""
+    with trio.move_on_after(math.inf if timeout_ms is None else timeout_ms / 1000) as waited:
+        await sink.flush()
+    return not waited.cancelled_caught

@@ -559,37 +559,26 @@ async def open_kafka_source(
         UsageError: inconsistent arguments (the message names the argument).
         TransportError: the brokers cannot be reached, or the consumer failed.
     """
-    if not topics:
-        raise UsageError("topics must not be empty")
-    if group_id is None and assignment is None:
-        raise UsageError("group subscription needs a group_id (or pass an explicit assignment)")
-    if start not in ("earliest", "committed"):
-        raise UsageError(f"start must be 'earliest' or 'committed', got {start!r}")
-    if start == "committed" and group_id is None:
-        raise UsageError("start='committed' needs a group_id to read committed offsets from")
-    if assignment is not None and not set(t for t, _ in assignment) <= set(topics):
-        raise UsageError(f"assignment {assignment} names topics outside topics={topics}")
-    if max_batch < 1:
-        raise UsageError(f"max_batch must be >= 1, got {max_batch}")
-    if not 0 <= fetch_max_wait_ms <= 60_000:
-        raise UsageError(f"fetch_max_wait_ms must be in [0, 60000], got {fetch_max_wait_ms}")
-    kwargs = config.kafka_kwargs() | {
-        **no_topic_creation(),
-        "group_id": group_id,
-        "enable_auto_commit": False,  # the service commits after a record's effects are applied
-        "auto_offset_reset": "earliest",
-        "max_poll_records": max_batch,
-        # Kafka's 500 ms default lets a broker hold a fetch that long before answering; the
-        # embedded broker does, so a short wait is what keeps signal-to-callback latency low.
-        "fetch_max_wait_ms": fetch_max_wait_ms,
-        "session_timeout_ms": session_timeout_ms,
-        "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
-        "bootstrap_timeout_ms": connect_timeout_ms,
-        "metadata_max_age_ms": metadata_max_age_ms,
-    }
-    assignor = None
-    if assignment is None and hold:
-        assignor = CoPartitionedAssignor(advertised_url)
+    _check_source(
+        topics,
+        group_id=group_id,
+        assignment=assignment,
+        start=start,
+        max_batch=max_batch,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+    )
+    kwargs = _consumer_kwargs(
+        config,
+        group_id=group_id,
+        max_batch=max_batch,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+        session_timeout_ms=session_timeout_ms,
+        connect_timeout_ms=connect_timeout_ms,
+        metadata_max_age_ms=metadata_max_age_ms,
+    )
+    # The co-partitioned assignor whenever partitions are held (see its module).
+    assignor = CoPartitionedAssignor(advertised_url) if assignment is None and hold else None
+    if assignor is not None:
         kwargs["partition_assignment_strategy"] = [assignor]
     if group_instance_id is not None:
         kwargs["group_instance_id"] = group_instance_id
@@ -606,3 +595,56 @@ async def open_kafka_source(
             finally:
                 thread.stop()
                 receive.close()
+
+
+def _check_source(
+    topics: list[str],
+    *,
+    group_id: str | None,
+    assignment: list[tuple[str, int]] | None,
+    start: StartPosition,
+    max_batch: int,
+    fetch_max_wait_ms: int,
+) -> None:
+    """Refuse inconsistent arguments of :func:`open_kafka_source` (``UsageError``)."""
+    if not topics:
+        raise UsageError("topics must not be empty")
+    if group_id is None and assignment is None:
+        raise UsageError("group subscription needs a group_id (or pass an explicit assignment)")
+    if start not in ("earliest", "committed"):
+        raise UsageError(f"start must be 'earliest' or 'committed', got {start!r}")
+    if start == "committed" and group_id is None:
+        raise UsageError("start='committed' needs a group_id to read committed offsets from")
+    if assignment is not None and not set(t for t, _ in assignment) <= set(topics):
+        raise UsageError(f"assignment {assignment} names topics outside topics={topics}")
+    if max_batch < 1:
+        raise UsageError(f"max_batch must be >= 1, got {max_batch}")
+    if not 0 <= fetch_max_wait_ms <= 60_000:
+        raise UsageError(f"fetch_max_wait_ms must be in [0, 60000], got {fetch_max_wait_ms}")
+
+
+def _consumer_kwargs(
+    config: KafkaClientConfig,
+    *,
+    group_id: str | None,
+    max_batch: int,
+    fetch_max_wait_ms: int,
+    session_timeout_ms: int,
+    connect_timeout_ms: int,
+    metadata_max_age_ms: int,
+) -> dict[str, Any]:
+    """kafka-python's consumer settings for :func:`open_kafka_source`."""
+    return config.kafka_kwargs() | {
+        **no_topic_creation(),
+        "group_id": group_id,
+        "enable_auto_commit": False,  # the service commits after a record's effects are applied
+        "auto_offset_reset": "earliest",
+        "max_poll_records": max_batch,
+        # Kafka's 500 ms default lets a broker hold a fetch that long before answering; the
+        # embedded broker does, so a short wait is what keeps signal-to-callback latency low.
+        "fetch_max_wait_ms": fetch_max_wait_ms,
+        "session_timeout_ms": session_timeout_ms,
+        "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
+        "bootstrap_timeout_ms": connect_timeout_ms,
+        "metadata_max_age_ms": metadata_max_age_ms,
+    }
