@@ -20,6 +20,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import trio
 
@@ -64,17 +65,7 @@ async def run_demo(
 
     def deliver(outcome: Outcome) -> None:
         delivered.append(outcome)
-        line = {
-            "t_ms": clock.now_ms() - start,
-            "op_id": outcome.op_id,
-            "scope": outcome.scope,
-            "outcome": outcome.outcome.value,
-            "keys": list(outcome.keys),
-            "missing": list(outcome.missing),
-            "late_by_ms": clock.now_ms() - outcome.outcome_ms,
-            "sequence": outcome.sequence,
-        }
-        show("callback " + json.dumps(line))
+        show("callback " + json.dumps(_callback_line(outcome, clock.now_ms(), start)))
 
     engine = Engine(start_ms=start)
 
@@ -111,52 +102,7 @@ async def run_demo(
         reaper.wake()  # event-time deadlines it passed are due now
         show(f"watermark {scope}={watermark_ms}")
 
-    keys = ("ingest/orders", "ingest/users", "ingest/stock")
-    script: list[tuple[int, Callable[[], None]]] = [
-        (
-            0,
-            lambda: register(
-                _op("nightly-report", _NIGHT, keys, ms(1_500), payload='{"job": "report"}')
-            ),
-        ),
-        (0, lambda: register(_op("nightly-audit", _NIGHT, (*keys, "ingest/returns"), ms(1_200)))),
-        (
-            0,
-            lambda: register(
-                _op(
-                    "replicas",
-                    "orders-v2",
-                    ("r1", "r2", "r3"),
-                    ms(2_000),
-                    condition=Condition.COUNT,
-                    count=2,
-                )
-            ),
-        ),
-        (0, lambda: register(_op("session/alice", "clicks", (), ms(600)))),
-        (
-            0,
-            lambda: register(
-                _op(
-                    "hourly-rollup",
-                    "clicks",
-                    ("rollup",),
-                    10_000,
-                    time_domain=TimeDomain.EVENT_TIME,
-                )
-            ),
-        ),
-        (100, lambda: signal(_NIGHT, "ingest/orders")),
-        (200, lambda: register(_op("session/alice", "clicks", (), ms(800)))),
-        (250, lambda: signal("orders-v2", "r3")),
-        (300, lambda: signal(_NIGHT, "ingest/users")),
-        (400, lambda: register(_op("session/alice", "clicks", (), ms(1_000)))),
-        (450, lambda: signal("orders-v2", "r1")),
-        (500, lambda: signal(_NIGHT, "ingest/stock")),
-        (600, lambda: register(_op("dashboard", _NIGHT, ("ingest/users",), ms(3_000)))),
-        (1_300, lambda: watermark("clicks", 9_000)),
-        (1_700, lambda: watermark("clicks", 10_000)),
-    ]
+    script = _script(_Actions(register, signal, watermark), ms)
     async with trio.open_nursery() as nursery:
         await nursery.start(executor.run)
         await nursery.start(reaper.run)
@@ -167,6 +113,82 @@ async def run_demo(
         nursery.cancel_scope.cancel()
     stats = executor.statistics()
     return DemoResult(delivered, reaper.statistics().max_lateness_ms, stats.max_lag_ms, start)
+
+
+class _Actions(NamedTuple):
+    """What a step of the scenario does to the engine."""
+
+    register: Callable[[OperationSpec], None]
+    signal: Callable[[str, str], None]
+    watermark: Callable[[str, int], None]
+
+
+def _script(act: _Actions, ms: Callable[[int], int]) -> list[tuple[int, Callable[[], None]]]:
+    """The scenario: at each offset (ms from the start, before the speed-up), one action."""
+    keys = ("ingest/orders", "ingest/users", "ingest/stock")
+    return [
+        (
+            0,
+            lambda: act.register(
+                _op("nightly-report", _NIGHT, keys, ms(1_500), payload='{"job": "report"}')
+            ),
+        ),
+        (
+            0,
+            lambda: act.register(
+                _op("nightly-audit", _NIGHT, (*keys, "ingest/returns"), ms(1_200))
+            ),
+        ),
+        (
+            0,
+            lambda: act.register(
+                _op(
+                    "replicas",
+                    "orders-v2",
+                    ("r1", "r2", "r3"),
+                    ms(2_000),
+                    condition=Condition.COUNT,
+                    count=2,
+                )
+            ),
+        ),
+        (0, lambda: act.register(_op("session/alice", "clicks", (), ms(600)))),
+        (
+            0,
+            lambda: act.register(
+                _op(
+                    "hourly-rollup",
+                    "clicks",
+                    ("rollup",),
+                    10_000,
+                    time_domain=TimeDomain.EVENT_TIME,
+                )
+            ),
+        ),
+        (100, lambda: act.signal(_NIGHT, "ingest/orders")),
+        (200, lambda: act.register(_op("session/alice", "clicks", (), ms(800)))),
+        (250, lambda: act.signal("orders-v2", "r3")),
+        (300, lambda: act.signal(_NIGHT, "ingest/users")),
+        (400, lambda: act.register(_op("session/alice", "clicks", (), ms(1_000)))),
+        (450, lambda: act.signal("orders-v2", "r1")),
+        (500, lambda: act.signal(_NIGHT, "ingest/stock")),
+        (600, lambda: act.register(_op("dashboard", _NIGHT, ("ingest/users",), ms(3_000)))),
+        (1_300, lambda: act.watermark("clicks", 9_000)),
+        (1_700, lambda: act.watermark("clicks", 10_000)),
+    ]
+
+
+def _callback_line(outcome: Outcome, now_ms: int, start_ms: int) -> dict[str, object]:
+    return {
+        "t_ms": now_ms - start_ms,
+        "op_id": outcome.op_id,
+        "scope": outcome.scope,
+        "outcome": outcome.outcome.value,
+        "keys": list(outcome.keys),
+        "missing": list(outcome.missing),
+        "late_by_ms": now_ms - outcome.outcome_ms,
+        "sequence": outcome.sequence,
+    }
 
 
 def summarize(result: DemoResult) -> str:
