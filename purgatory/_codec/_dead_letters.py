@@ -130,6 +130,74 @@ def dead_letter_key(
     return chosen if len(chosen) <= bound else sha256(chosen).hexdigest().encode("ascii")
 
 
+def _check_letter(  # noqa: PLR0917 - encode_dead_letter's arguments, checked together
+    reason: str,
+    field: str | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    max_value_bytes: int,
+    max_key_bytes: int,
+) -> int | None:
+    """Refuse an argument of :func:`encode_dead_letter` of the wrong type or range
+    (``UsageError`` naming it); the timestamp to write (None when out of range)."""
+    if not isinstance(reason, str):
+        raise UsageError(f"reason must be a str, got {type(reason).__name__}")
+    if field is not None and not isinstance(field, str):
+        raise UsageError(f"field must be a str or None, got {type(field).__name__}")
+    if not isinstance(topic, str) or not topic:
+        raise UsageError(f"topic must be a non-empty str, got {topic!r}")
+    for name, number, most in (
+        ("partition", partition, _MAX_PARTITION),
+        ("offset", offset, _MAX_OFFSET),
+    ):
+        if isinstance(number, bool) or not isinstance(number, int) or not -1 <= number <= most:
+            raise UsageError(f"{name} must be an int in [-1, {most}], got {number!r}")
+    if timestamp_ms is not None:
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+            raise UsageError(f"timestamp_ms must be an int or None, got {timestamp_ms!r}")
+        if not 0 <= timestamp_ms <= _MAX_OFFSET:
+            timestamp_ms = None
+    for name, number in (("max_value_bytes", max_value_bytes), ("max_key_bytes", max_key_bytes)):
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise UsageError(f"{name} must be an int, got {number!r}")
+        if number < 0:
+            raise UsageError(f"{name} must be >= 0, got {number}")
+    return timestamp_ms
+
+
+def _fill(  # noqa: PLR0917 - the pieces of one letter, in the order they take their room
+    obj: dict[str, object],
+    budget: int,
+    topic: str,
+    field: str | None,
+    reason: str,
+    key_prefix: _Prefix,
+    value_prefix: _Prefix,
+) -> None:
+    """Put the texts and the prefixes of the key and value in ``obj``, within ``budget``."""
+    # Room left once the fixed fields (and the empty strings' quotes) are placed; each piece
+    # in turn takes what it needs of it, up to its cap.
+    room = budget - len(_encode(obj))
+    assert room >= 0, (budget, obj)  # 1 KiB limits leave hundreds of bytes
+    for name, text, cap in (
+        ("topic", topic, _TOPIC_JSON_BYTES),
+        ("field", field, _FIELD_JSON_BYTES),
+        ("reason", reason, _REASON_JSON_BYTES),
+    ):
+        if text is not None:
+            obj[name] = cut = _cut_text(text, min(cap, room + 2))
+            room -= _json_bytes(cut) - 2
+    for name, prefix in (("key", key_prefix), ("value", value_prefix)):
+        if prefix.raw is None:
+            continue
+        text, kept = prefix.fit(room + 2)
+        obj[name] = text
+        room -= _json_bytes(text) - 2
+        obj["key_truncated" if name == "key" else "truncated"] = kept < len(prefix.raw)
+
+
 def encode_dead_letter(
     *,
     reason: str,
@@ -165,28 +233,9 @@ def encode_dead_letter(
     Raises:
         UsageError: naming the argument of the wrong type or range.
     """
-    if not isinstance(reason, str):
-        raise UsageError(f"reason must be a str, got {type(reason).__name__}")
-    if field is not None and not isinstance(field, str):
-        raise UsageError(f"field must be a str or None, got {type(field).__name__}")
-    if not isinstance(topic, str) or not topic:
-        raise UsageError(f"topic must be a non-empty str, got {topic!r}")
-    for name, number, most in (
-        ("partition", partition, _MAX_PARTITION),
-        ("offset", offset, _MAX_OFFSET),
-    ):
-        if isinstance(number, bool) or not isinstance(number, int) or not -1 <= number <= most:
-            raise UsageError(f"{name} must be an int in [-1, {most}], got {number!r}")
-    if timestamp_ms is not None:
-        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
-            raise UsageError(f"timestamp_ms must be an int or None, got {timestamp_ms!r}")
-        if not 0 <= timestamp_ms <= _MAX_OFFSET:
-            timestamp_ms = None
-    for name, number in (("max_value_bytes", max_value_bytes), ("max_key_bytes", max_key_bytes)):
-        if isinstance(number, bool) or not isinstance(number, int):
-            raise UsageError(f"{name} must be an int, got {number!r}")
-        if number < 0:
-            raise UsageError(f"{name} must be >= 0, got {number}")
+    timestamp_ms = _check_letter(
+        reason, field, topic, partition, offset, timestamp_ms, max_value_bytes, max_key_bytes
+    )
     for name, data in (("key", key), ("value", value)):
         if data is not None and not isinstance(data, bytes | bytearray | memoryview):
             raise UsageError(f"{name} must be bytes or None, got {type(data).__name__}")
@@ -218,25 +267,7 @@ def encode_dead_letter(
         value_sha256=None if raw_value is None else sha256(raw_value).hexdigest(),
         truncated=False,
     )
-    # Room left once the fixed fields (and the empty strings' quotes) are placed; each piece
-    # in turn takes what it needs of it, up to its cap.
-    room = whole - key_bound - len(_encode(obj))
-    assert room >= 0, (whole, key_bound, obj)  # 1 KiB limits leave hundreds of bytes
-    for name, text, cap in (
-        ("topic", topic, _TOPIC_JSON_BYTES),
-        ("field", field, _FIELD_JSON_BYTES),
-        ("reason", reason, _REASON_JSON_BYTES),
-    ):
-        if text is not None:
-            obj[name] = cut = _cut_text(text, min(cap, room + 2))
-            room -= _json_bytes(cut) - 2
-    for name, prefix in (("key", key_prefix), ("value", value_prefix)):
-        if prefix.raw is None:
-            continue
-        text, kept = prefix.fit(room + 2)
-        obj[name] = text
-        room -= _json_bytes(text) - 2
-        obj["key_truncated" if name == "key" else "truncated"] = kept < len(prefix.raw)
+    _fill(obj, whole - key_bound, topic, field, reason, key_prefix, value_prefix)
     # A reason may quote a rejected string: never let a lone surrogate make the letter unsendable.
     return _encode(obj)
 

@@ -194,32 +194,12 @@ def _register_request(
     obj: dict[str, Any], colons: int | None, limits: Limits, op_id: str, scope: str
 ) -> RegisterRequest | None:
     keys = obj.get("keys")
-    if type(keys) is not list or len(keys) > limits.max_keys_per_operation:
+    if type(keys) is not list or not _usual_keys(keys, limits):
         return None
-    max_key_bytes = limits.max_key_bytes
-    for key in keys:
-        # The usual ASCII key inline; _fits for the rest.
-        usual = type(key) is str and key.isascii() and 0 < len(key) <= max_key_bytes
-        if not usual and not _fits(key, max_key_bytes):
-            return None
-    if len(set(keys)) != len(keys):
+    shape = _condition_of(obj, keys)
+    if shape is None:
         return None
-    condition = obj.get("condition", "all")
-    domain = obj.get("time_domain", "processing_time")
-    if type(condition) is not str or type(domain) is not str:
-        return None
-    condition = _CONDITIONS.get(condition)
-    domain = _DOMAINS.get(domain)
-    if condition is None or domain is None:
-        return None
-    count = obj.get("count", MISSING)
-    if condition is Condition.COUNT:
-        if type(count) is not int or not 1 <= count <= len(keys):
-            return None
-    elif count is not MISSING or (not keys and condition is not Condition.ALL):
-        return None
-    else:
-        count = None
+    condition, domain, count = shape
     deadline_ms = obj.get("deadline_ms", MISSING)
     timeout_ms = obj.get("timeout_ms", MISSING)
     if deadline_ms is MISSING:
@@ -249,27 +229,50 @@ def _register_request(
         + (payload.count(":") if payload else 0)
     ):
         return None
+    fields = (op_id, scope, tuple(keys), condition, count, deadline_ms, timeout_ms, domain)
+    return _new_register(*fields, payload, reply_to)
+
+
+def _usual_keys(keys: list[Any], limits: Limits) -> bool:
+    """Whether ``keys`` are valid watch keys, distinct and within the limits."""
+    if len(keys) > limits.max_keys_per_operation:
+        return False
+    max_key_bytes = limits.max_key_bytes
+    for key in keys:
+        # The usual ASCII key inline; _fits for the rest.
+        usual = type(key) is str and key.isascii() and 0 < len(key) <= max_key_bytes
+        if not usual and not _fits(key, max_key_bytes):
+            return False
+    return len(set(keys)) == len(keys)
+
+
+def _condition_of(
+    obj: dict[str, Any], keys: list[Any]
+) -> tuple[Condition, TimeDomain, int | None] | None:
+    """The registration's condition, time domain and count, when valid together."""
+    condition = obj.get("condition", "all")
+    domain = obj.get("time_domain", "processing_time")
+    if type(condition) is not str or type(domain) is not str:
+        return None
+    condition = _CONDITIONS.get(condition)
+    domain = _DOMAINS.get(domain)
+    if condition is None or domain is None:
+        return None
+    count = obj.get("count", MISSING)
+    if condition is Condition.COUNT:
+        if type(count) is not int or not 1 <= count <= len(keys):
+            return None
+    elif count is not MISSING or (not keys and condition is not Condition.ALL):
+        return None
+    else:
+        count = None
+    return condition, domain, count
+
+
+def _new_register(*values: Any) -> RegisterRequest:
+    """A RegisterRequest of already validated ``values``, in :data:`_REGISTER_SET`'s order
+    (no ``__post_init__``: every field was checked here)."""
     record = _new(RegisterRequest)
-    (
-        set_op_id,
-        set_scope,
-        set_keys,
-        set_condition,
-        set_count,
-        set_deadline_ms,
-        set_timeout_ms,
-        set_time_domain,
-        set_payload,
-        set_reply_to,
-    ) = _REGISTER_SET
-    set_op_id(record, op_id)
-    set_scope(record, scope)
-    set_keys(record, tuple(keys))
-    set_condition(record, condition)
-    set_count(record, count)
-    set_deadline_ms(record, deadline_ms)
-    set_timeout_ms(record, timeout_ms)
-    set_time_domain(record, domain)
-    set_payload(record, payload)
-    set_reply_to(record, reply_to)
+    for setter, value in zip(_REGISTER_SET, values, strict=True):
+        setter(record, value)
     return record
