@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from purgatory._core import ConfigError
 from purgatory.devtools.child import service_process
 from purgatory.devtools.dev_broker import (
@@ -112,46 +114,62 @@ def run_pipeline(show: Callable[[str], None] = print, *, broker: str = "tansu") 
             spark = local_session(app_name="purgatory-demo")
             show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")
             try:
-                show("\n== barrier: three upstream jobs, one downstream report ==")
-                ok = run_barrier(spark, bootstrap_servers=servers, service_url=url,
-                                 run="2026-11-22", work_dir=work / "barrier",
-                                 show=show)  # fmt: skip
-                late = run_barrier(spark, bootstrap_servers=servers, service_url=url,
-                                   run="2026-11-23", work_dir=work / "barrier", fail=("stock",),
-                                   deadline_in_ms=8_000, show=show)  # fmt: skip
-                checks["barrier completed, report ran"] = ok.proceeded
-                checks["barrier expired, stock named"] = not late.proceeded and late.outcome[
-                    "missing"
-                ] == ["ingest/stock@2026-11-23"]
-
-                show("\n== inactivity: event-time sessions closed by re-armed timers ==")
-                gap_ms = 30_000
-                result = run_inactivity(
-                    spark, bootstrap_servers=servers, work_dir=work / "clicks", gap_ms=gap_ms,
-                    show=show,
-                )  # fmt: skip
-                expected = expected_sessions(EVENTS, gap_ms=gap_ms, delay_ms=0, base_ms=BASE_MS)
-                checks["sessions match the inactivity rule"] = result.sessions == expected
-
-                show("\n== the callbacks Spark consumed (purgatory-callbacks, batch read) ==")
-                rows = (
-                    spark.read.format("purgatory-callbacks")
-                    .option("bootstrap_servers", servers)
-                    .option("topic", topics.topic_callbacks)
-                    .load()
-                    .orderBy("outcome_ms", "scope", "op_id")
-                    .collect()
-                )
-                for row in rows:
-                    show(_callback_line(row))
-                counts.update(row["outcome"] for row in rows)
-                checks["every callback read back"] = len(rows) == 2 + len(expected)
+                checks, counts = _run_jobs(spark, servers, url, work, topics.topic_callbacks, show)
             finally:
                 spark.stop()
     show("\nsummary: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for name, held in checks.items():
         show(f"  [{'ok' if held else 'FAILED'}] {name}")
     return 0 if checks and all(checks.values()) else 1
+
+
+def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started them
+    spark: SparkSession,
+    servers: str,
+    url: str,
+    work: Path,
+    callbacks_topic: str,
+    show: Callable[[str], None],
+) -> tuple[dict[str, bool], Counter[str]]:
+    """The example jobs against the running broker and service; each check and the count of
+    each outcome Spark read back."""
+    checks: dict[str, bool] = {}
+    counts: Counter[str] = Counter()
+    show("\n== barrier: three upstream jobs, one downstream report ==")
+    ok = run_barrier(spark, bootstrap_servers=servers, service_url=url,
+                     run="2026-11-22", work_dir=work / "barrier",
+                     show=show)  # fmt: skip
+    late = run_barrier(spark, bootstrap_servers=servers, service_url=url,
+                       run="2026-11-23", work_dir=work / "barrier", fail=("stock",),
+                       deadline_in_ms=8_000, show=show)  # fmt: skip
+    checks["barrier completed, report ran"] = ok.proceeded
+    checks["barrier expired, stock named"] = not late.proceeded and late.outcome["missing"] == [
+        "ingest/stock@2026-11-23"
+    ]
+
+    show("\n== inactivity: event-time sessions closed by re-armed timers ==")
+    gap_ms = 30_000
+    result = run_inactivity(
+        spark, bootstrap_servers=servers, work_dir=work / "clicks", gap_ms=gap_ms,
+        show=show,
+    )  # fmt: skip
+    expected = expected_sessions(EVENTS, gap_ms=gap_ms, delay_ms=0, base_ms=BASE_MS)
+    checks["sessions match the inactivity rule"] = result.sessions == expected
+
+    show("\n== the callbacks Spark consumed (purgatory-callbacks, batch read) ==")
+    rows = (
+        spark.read.format("purgatory-callbacks")
+        .option("bootstrap_servers", servers)
+        .option("topic", callbacks_topic)
+        .load()
+        .orderBy("outcome_ms", "scope", "op_id")
+        .collect()
+    )
+    for row in rows:
+        show(_callback_line(row))
+    counts.update(row["outcome"] for row in rows)
+    checks["every callback read back"] = len(rows) == 2 + len(expected)
+    return checks, counts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
