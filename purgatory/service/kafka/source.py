@@ -559,23 +559,12 @@ async def open_kafka_source(
         UsageError: inconsistent arguments (the message names the argument).
         TransportError: the brokers cannot be reached, or the consumer failed.
     """
-    _check_source(
-        topics,
-        group_id=group_id,
-        assignment=assignment,
-        start=start,
-        max_batch=max_batch,
-        fetch_max_wait_ms=fetch_max_wait_ms,
-    )
-    kwargs = _consumer_kwargs(
-        config,
-        group_id=group_id,
-        max_batch=max_batch,
-        fetch_max_wait_ms=fetch_max_wait_ms,
-        session_timeout_ms=session_timeout_ms,
-        connect_timeout_ms=connect_timeout_ms,
-        metadata_max_age_ms=metadata_max_age_ms,
-    )
+    _check_source(topics, group_id, assignment, start, max_batch, fetch_max_wait_ms)
+    kwargs = _consumer_kwargs(config, group_id, max_batch, fetch_max_wait_ms)
+    kwargs["session_timeout_ms"] = session_timeout_ms
+    kwargs["heartbeat_interval_ms"] = max(100, session_timeout_ms // 3)
+    kwargs["bootstrap_timeout_ms"] = connect_timeout_ms
+    kwargs["metadata_max_age_ms"] = metadata_max_age_ms
     # The co-partitioned assignor whenever partitions are held (see its module).
     assignor = CoPartitionedAssignor(advertised_url) if assignment is None and hold else None
     if assignor is not None:
@@ -597,9 +586,8 @@ async def open_kafka_source(
                 receive.close()
 
 
-def _check_source(
+def _check_source(  # noqa: PLR0917 - the arguments of open_kafka_source, checked together
     topics: list[str],
-    *,
     group_id: str | None,
     assignment: list[tuple[str, int]] | None,
     start: StartPosition,
@@ -624,14 +612,7 @@ def _check_source(
 
 
 def _consumer_kwargs(
-    config: KafkaClientConfig,
-    *,
-    group_id: str | None,
-    max_batch: int,
-    fetch_max_wait_ms: int,
-    session_timeout_ms: int,
-    connect_timeout_ms: int,
-    metadata_max_age_ms: int,
+    config: KafkaClientConfig, group_id: str | None, max_batch: int, fetch_max_wait_ms: int
 ) -> dict[str, Any]:
     """kafka-python's consumer settings for :func:`open_kafka_source`."""
     return config.kafka_kwargs() | {
@@ -643,8 +624,4 @@ def _consumer_kwargs(
         # Kafka's 500 ms default lets a broker hold a fetch that long before answering; the
         # embedded broker does, so a short wait is what keeps signal-to-callback latency low.
         "fetch_max_wait_ms": fetch_max_wait_ms,
-        "session_timeout_ms": session_timeout_ms,
-        "heartbeat_interval_ms": max(100, session_timeout_ms // 3),
-        "bootstrap_timeout_ms": connect_timeout_ms,
-        "metadata_max_age_ms": metadata_max_age_ms,
     }
