@@ -3,8 +3,8 @@
 Only the standard library is imported here (an import-linter contract checks it).
 """
 
-from purgatory._core._engine import (
-    Engine,
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import (
     EngineConfig,
     EngineStatistics,
     Registration,

@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from purgatory._core._engine import Engine, RegistrationStatus
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import RegistrationStatus
 from purgatory._core._entries import (
     AdvanceEntry,
     CancelEntry,

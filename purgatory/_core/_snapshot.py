@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from purgatory._core._compact import dumps
-from purgatory._core._engine import Engine, EngineConfig, _Finished
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import EngineConfig, _Finished
 from purgatory._core._entries import JournalEntry
 from purgatory._core._errors import BadRecordError
 from purgatory._core._keyed_timers import TimeDomain

@@ -10,11 +10,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from purgatory._core._engine import (
-    Engine,
-    EngineConfig,
-    RegistrationStatus,
-)
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind

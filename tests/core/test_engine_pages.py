@@ -16,17 +16,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core import _engine
-from purgatory._core._engine import (
-    Engine,
-    EngineConfig,
-    RegistrationStatus,
-    _SortedIds,
-)
+from purgatory._core import _sorted_ids
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import OperationSpec, Outcome
 from purgatory._core._snapshot import restore_engine, snapshot_engine
+from purgatory._core._sorted_ids import _SortedIds
 
 SCOPES = ("a", "b")
 KEYS = ("k1", "k2", "k3")
@@ -138,7 +135,7 @@ class Pages(RuleBasedStateMachine):
 @pytest.mark.parametrize("block", [1, 512])
 def test_pages_match_the_model(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Blocks of 1 make a scope of 3 operations switch to blocks, and split them.
-    monkeypatch.setattr(_engine, "_BLOCK", block)
+    monkeypatch.setattr(_sorted_ids, "_BLOCK", block)
     run_state_machine_as_test(
         Pages, settings=settings(max_examples=100, stateful_step_count=40, deadline=None)
     )
@@ -162,7 +159,7 @@ def test_a_large_scope_is_paged_from_any_point() -> None:
 @pytest.mark.parametrize("block", [1, 2, 8])
 def test_sorted_ids_against_a_set(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Small blocks split (over 2 * block items) and, from 8 on, merge (under block // 4).
-    monkeypatch.setattr(_engine, "_BLOCK", block)
+    monkeypatch.setattr(_sorted_ids, "_BLOCK", block)
     items = st.text(alphabet="abcdef", min_size=1, max_size=2)
 
     @settings(max_examples=200, deadline=None)

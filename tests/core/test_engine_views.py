@@ -19,11 +19,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core._engine import (
-    Engine,
-    EngineConfig,
-    RegistrationStatus,
-)
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError
 from purgatory._core._keyed_timers import TimeDomain
 from purgatory._core._model import Condition, OperationSpec, Outcome

@@ -22,11 +22,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core._engine import (
-    Engine,
-    EngineConfig,
-    RegistrationStatus,
-)
+from purgatory._core._engine import Engine
+from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
 from purgatory._core._footprint import finished_bytes, operation_bytes, signal_bytes
 from purgatory._core._journal import JournalRecorder, replay_journal

@@ -1,0 +1,262 @@
+"""What the engine answers (core concept: queries and operators' views; sans-IO, stdlib only).
+
+:class:`_Views`, a mixin of :class:`~purgatory._core._engine.Engine`, answers questions about
+the engine's state without deciding anything: what is pending (one operation, a scope's page in
+``op_id`` order, the counts), its statistics and estimated bytes, and the operators' views that
+may read many items (the busiest scopes, the next deadlines). Those are each a :data:`View`, a
+generator of bounded steps that a shell interleaves with other work; ``_read_live``,
+``_in_order`` and ``_wheel_runs`` read the live collections and the timing wheel for them
+without changing or copying them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Generator, Iterable, Iterator
+from heapq import heappop, heappush, merge, nlargest, nsmallest
+from itertools import chain, islice
+from operator import attrgetter, itemgetter
+from typing import TypeVar
+
+from purgatory._core._engine_types import EngineStatistics, _Finished, _Op
+from purgatory._core._keyed_timers import KeyedTimers
+from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core._purgatory import DelayedOperationPurgatory
+from purgatory._core._sorted_ids import _ids_after, _SortedIds
+from purgatory._core._timer import Timer, TimerTask, _Bucket
+from purgatory._core._ttl_state import TtlState
+from purgatory._core._validate import MAX_TIME_MS
+
+__all__ = ["View"]
+
+_VIEW_STEP = 10_000  # items one step of an operator's view reads (1 to 3 ms in CPython)
+
+_T = TypeVar("_T")
+#: A read-only view computed in bounded steps, so that a shell can interleave other work
+#: between them: drive it with ``next()`` until ``StopIteration``, whose value is the answer
+#: and whether it is complete. The engine may change between two steps (inputs applied): what
+#: a step reads is as of that step, and an item finished or moved since is left out or placed
+#: anew at the end. A collection that changed size while it was read over several steps is not
+#: read further (its iterator says so), and the answer says it is not complete; the caller may
+#: ask again. Nothing is changed, nothing is copied whole: a step's pause stays bounded.
+View = Generator[None, None, tuple[list[_T], bool]]
+_BY_DEADLINE = attrgetter("_deadline_ms")
+_COUNT = itemgetter(1)
+_DUE_ORDER = attrgetter("_deadline_ms", "_seq")
+_Entry = TypeVar("_Entry", tuple[int, int, _Bucket], tuple[int, int, TimerTask])
+
+
+def _read_live(items: Iterable[_T], step: int) -> Generator[list[_T], None, bool]:
+    """Slices of at most ``step`` items of a live collection; returns whether it was read to
+    the end (False: it changed size between two slices)."""
+    iterator = iter(items)
+    try:
+        while part := list(islice(iterator, step)):
+            yield part
+    except RuntimeError:  # "changed size during iteration"
+        return False
+    return True
+
+
+def _in_order(heap: list[_Entry]) -> Iterator[_Entry]:
+    """The entries of a binary heap in ascending order, without changing it: O(log k) each
+    for the first k (a second heap holds the frontier)."""
+    frontier: list[tuple[_Entry, int]] = [(heap[0], 0)] if heap else []
+    while frontier:
+        entry, at = heappop(frontier)
+        yield entry
+        for child in (2 * at + 1, 2 * at + 2):
+            if child < len(heap):
+                heappush(frontier, (heap[child], child))
+
+
+def _wheel_runs(timer: Timer) -> Iterator[tuple[int, int, Collection[TimerTask]]]:
+    """The wheel's tasks in groups, by the least deadline a group may hold: each live queued
+    bucket (its deadlines lie in its tick: first and last ms), and each live near task alone."""
+    ticks, near = timer._ticks, timer._near
+    buckets = (
+        (expiration, expiration + ticks[bucket.level] - 1, bucket)
+        for expiration, _, bucket in _in_order(timer._queue)
+        if bucket and bucket.expiration_ms == expiration
+    )
+    nears = (
+        (deadline, deadline, (task,))
+        for deadline, seq, task in _in_order(timer._near_heap)
+        if near.get(task) == seq
+    )
+    return merge(buckets, nears, key=itemgetter(0))
+
+
+class _Views:
+    """The engine's queries, and its views for operators in bounded steps (a mixin of the
+    Engine)."""
+
+    # The Engine's state these methods read (set by Engine.__init__).
+    purgatory: DelayedOperationPurgatory
+    keyed: KeyedTimers
+    signals: TtlState[tuple[str, str], SignalFact]
+    finished: TtlState[tuple[str, str], _Finished]
+    _now: int
+    _ops: dict[tuple[str, str], _Op]
+    _op_ids: dict[str, list[str] | _SortedIds]
+    _pending_by_scope: dict[str, int]
+    _counts: dict[OutcomeKind, int]
+    _late: int
+    _sequence: int
+    _pending_bytes: int
+    _remembered_bytes: int
+    _finished_bytes: int
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def clock_ms(self) -> int:
+        """The latest time the engine was told."""
+        return self._now
+
+    def lookup(self, scope: str, op_id: str) -> tuple[OperationSpec, Outcome | None] | None:
+        """The spec and (if finished) the outcome of an operation, or None if unknown."""
+        op = self._ops.get((scope, op_id))
+        if op is not None:
+            return op.spec, None
+        done = self.finished.get((scope, op_id), now_ms=self._now)
+        return (done.spec, done.outcome) if done is not None else None
+
+    def pending(self, scope: str | None = None) -> list[OperationSpec]:
+        """Pending operations (of one scope, or all) in registration order."""
+        return [op.spec for (s, _), op in self._ops.items() if scope is None or s == scope]
+
+    def pending_page(self, scope: str, after: str | None, limit: int) -> list[OperationSpec]:
+        """Up to ``limit`` pending operations of ``scope`` in ``op_id`` order, from the first
+        ``op_id`` after ``after`` (None: from the start).
+
+        A page costs O(log n + limit) for a scope of n pending operations, and listing page
+        after page (each from the last ``op_id`` of the one before) visits every operation
+        pending throughout exactly once, whatever is registered or finished meanwhile.
+        """
+        ids = self._op_ids.get(scope)
+        if ids is None or limit <= 0:
+            return []
+        ops = self._ops
+        return [ops[(scope, op_id)].spec for op_id in _ids_after(ids, after, limit)]
+
+    def statistics(self) -> EngineStatistics:
+        """A frozen record of the engine's counts."""
+        p = self.purgatory.statistics()
+        t = self.purgatory.timer.statistics()
+        return EngineStatistics(
+            pending=len(self._ops),
+            watched=p.watched,
+            watch_keys=p.keys,
+            timer_buckets=t.buckets,
+            timer_levels=t.levels,
+            signals=len(self.signals),
+            scopes_with_watermark=len(self.keyed.watermarks()),
+            completed=self._counts[OutcomeKind.COMPLETED],
+            expired=self._counts[OutcomeKind.EXPIRED],
+            cancelled=self._counts[OutcomeKind.CANCELLED],
+            purged=p.purged,
+            late=self._late,
+            sequence=self._sequence,
+            clock_ms=self._now,
+            pending_bytes=self._pending_bytes,
+            remembered_signals=len(self.signals),
+            remembered_bytes=self._remembered_bytes,
+            finished_bytes=self._finished_bytes,
+        )
+
+    @property
+    def memory_bytes(self) -> int:
+        """The estimated bytes the engine holds: pending, remembered and finished state."""
+        return self._pending_bytes + self._remembered_bytes + self._finished_bytes
+
+    def is_pending(self, scope: str, op_id: str) -> bool:
+        """Whether the operation is pending (no side effect, unlike :meth:`lookup`)."""
+        return (scope, op_id) in self._ops
+
+    def awaits(self, scope: str, key: str) -> bool:
+        """Whether a pending operation watches ``key`` in ``scope`` (a signal of it is needed)."""
+        watchers = self.purgatory._watchers.get((scope, key), ())
+        return any(not op.is_done for op in watchers)  # finished ones linger until a purge
+
+    # -- views for operators: read-only, in bounded steps ---------------------------------------
+
+    @property
+    def pending_operations(self) -> int:
+        """How many operations are pending (what ``statistics().pending`` says, in O(1))."""
+        return len(self._ops)
+
+    @property
+    def pending_scopes(self) -> int:
+        """How many scopes have pending operations."""
+        return len(self._pending_by_scope)
+
+    def missing_keys(self, spec: OperationSpec) -> tuple[str, ...]:
+        """The keys of ``spec`` that no remembered signal answers now, in the spec's order.
+
+        Not an access: no signal's TTL is refreshed (a read under ``on_read_and_write`` would
+        refresh it, and reads are not journaled), so a signal that expired but is not cleaned
+        up yet still counts here until the next :meth:`advance_clock` removes it.
+        """
+        peek, scope = self.signals.peek, spec.scope
+        return tuple(key for key in spec.keys if peek((scope, key)) is None)
+
+    def busiest_scopes(self, count: int, *, step: int = _VIEW_STEP) -> View[tuple[str, int]]:
+        """The ``count`` scopes with the most pending operations, most first (ties by name),
+        with their counts.
+
+        A generator of bounded steps (see :data:`View`): each reads at most ``step`` scopes.
+        """
+        counts = self._pending_by_scope
+        best: list[tuple[str, int]] = []
+        reading = _read_live(counts.items(), step)
+        while True:
+            try:
+                part = next(reading)
+            except StopIteration as done:
+                complete: bool = done.value
+                break
+            best = nlargest(count, chain(best, part), key=_COUNT)
+            yield
+        now = {scope: counts[scope] for scope, _ in best if scope in counts}  # read again
+        return sorted(now.items(), key=lambda item: (-item[1], item[0])), complete
+
+    def next_deadlines(self, count: int, *, step: int = _VIEW_STEP) -> View[OperationSpec]:
+        """The pending processing-time operations with the ``count`` earliest deadlines, in the
+        order they would expire (ties in the order they were added to the wheel; ties at the
+        last place may go either way).
+
+        Read from the timing wheel, never from every operation: its queued buckets and near
+        tasks are visited in order of the least deadline each may hold (a bucket's expiration,
+        the start of its tick), only until ``count`` tasks are held that are all due before
+        anything not visited (so usually a few 1 ms buckets); then their tasks are compared.
+        Event-time operations wait in the wheel's last bucket, at ``MAX_TIME_MS``: not read.
+
+        A generator of bounded steps (see :data:`View`): the visit is the first (it counts,
+        it reads no task), and each step after it reads at most ``step`` tasks.
+        """
+        groups: list[Collection[TimerTask]] = []
+        held, upper = 0, -1
+        for lower, last, tasks in _wheel_runs(self.purgatory.timer):
+            if (held >= count and lower > upper) or last >= MAX_TIME_MS:
+                break
+            groups.append(tasks)
+            held += len(tasks)
+            upper = max(upper, last)
+        yield
+        best: list[TimerTask] = []
+        complete, read = True, 0
+        for group in groups:
+            reading = _read_live(group, step)
+            while True:
+                try:
+                    part = next(reading)
+                except StopIteration as done:
+                    complete = complete and done.value
+                    break
+                best = nsmallest(count, chain(best, part), key=_BY_DEADLINE)
+                read += len(part)
+                if read >= step:  # so a group longer than a step is read over several
+                    yield
+                    read = 0
+        live = {t for t in best if isinstance(t, _Op) and t.is_scheduled and not t.is_done}
+        return [op.spec for op in sorted(live, key=_DUE_ORDER)], complete
