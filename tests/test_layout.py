@@ -37,9 +37,10 @@ def test_no_package_holds_more_than_twelve_modules(package: Path) -> None:
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     lines = (node.end_lineno or node.lineno) - node.lineno + 1
     body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        if isinstance(body[0].value.value, str):  # the docstring
-            lines -= (body[0].end_lineno or body[0].lineno) - body[0].lineno + 1
+    first = body[0] if body else None
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if docstring and isinstance(first, ast.Expr) and isinstance(first.value.value, str):
+        lines -= (first.end_lineno or first.lineno) - first.lineno + 1
     return lines
 
 
