@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from purgatory._core._timer import TimerTask
-from purgatory._core._validate import check_ms, check_positive_int
+from purgatory._core.engine.validate import check_ms, check_positive_int
+from purgatory._core.wheel.timer import TimerTask
 from reaper._clock import Clock
 
 __all__ = ["CompletionExecutor", "ExecutorStatistics", "Work"]

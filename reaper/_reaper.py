@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 import trio
 
-from purgatory._core._validate import check_positive_int
+from purgatory._core.engine.validate import check_positive_int
 from reaper._clock import Clock
 from reaper._executor import CompletionExecutor
 

@@ -38,10 +38,13 @@ def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     lines = (node.end_lineno or node.lineno) - node.lineno + 1
     body = node.body
     first = body[0] if body else None
-    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-    if docstring and isinstance(first, ast.Expr) and isinstance(first.value.value, str):
+    if isinstance(first, ast.Expr) and _is_text(first.value):  # the docstring
         lines -= (first.end_lineno or first.lineno) - first.lineno + 1
     return lines
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _functions() -> list[tuple[str, str, int]]:

@@ -36,7 +36,7 @@ from purgatory._codec._records import (
     WatermarkRecord,
 )
 from purgatory._core import MAX_TIME_MS, Condition, TimeDomain
-from purgatory._core._validate import slot_setters
+from purgatory._core.engine.validate import slot_setters
 
 __all__ = ["fast_request", "fast_signal"]
 

@@ -23,7 +23,7 @@ from purgatory._core import (
     TimeDomain,
     UsageError,
 )
-from purgatory._core._validate import check_positive_int
+from purgatory._core.engine.validate import check_positive_int
 
 __all__ = [
     "CancelRequest",

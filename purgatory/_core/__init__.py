@@ -3,21 +3,6 @@
 Only the standard library is imported here (an import-linter contract checks it).
 """
 
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import (
-    EngineConfig,
-    EngineStatistics,
-    Registration,
-    RegistrationStatus,
-)
-from purgatory._core._entries import (
-    AdvanceEntry,
-    CancelEntry,
-    JournalEntry,
-    RegisterEntry,
-    SignalEntry,
-    WatermarkEntry,
-)
 from purgatory._core._errors import (
     BadRecordError,
     ConfigError,
@@ -29,8 +14,41 @@ from purgatory._core._errors import (
     TransportError,
     UsageError,
 )
-from purgatory._core._journal import JournalRecorder, decode_entry, encode_entry, replay_journal
-from purgatory._core._key_groups import (
+from purgatory._core.durability.entries import (
+    AdvanceEntry,
+    CancelEntry,
+    JournalEntry,
+    RegisterEntry,
+    SignalEntry,
+    WatermarkEntry,
+)
+from purgatory._core.durability.journal import (
+    JournalRecorder,
+    decode_entry,
+    encode_entry,
+    replay_journal,
+)
+from purgatory._core.durability.snapshot import (
+    SNAPSHOT_VERSION,
+    restore_engine,
+    snapshot_engine,
+)
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import (
+    EngineConfig,
+    EngineStatistics,
+    Registration,
+    RegistrationStatus,
+)
+from purgatory._core.engine.model import (
+    Condition,
+    OperationSpec,
+    Outcome,
+    OutcomeKind,
+    SignalFact,
+)
+from purgatory._core.engine.validate import MAX_TIME_MS
+from purgatory._core.flink.key_groups import (
     MAX_KEY_GROUPS,
     java_string_hash,
     key_group_for,
@@ -38,35 +56,13 @@ from purgatory._core._key_groups import (
     murmur_hash,
     operator_index_for_key_group,
 )
-from purgatory._core._keyed_timers import (
+from purgatory._core.flink.keyed_timers import (
     FiredTimer,
     KeyedTimers,
     KeyedTimersStatistics,
     TimeDomain,
 )
-from purgatory._core._model import (
-    Condition,
-    OperationSpec,
-    Outcome,
-    OutcomeKind,
-    SignalFact,
-)
-from purgatory._core._operation import DelayedOperation
-from purgatory._core._purgatory import (
-    DelayedOperationPurgatory,
-    PurgatoryStatistics,
-)
-from purgatory._core._snapshot import (
-    SNAPSHOT_VERSION,
-    restore_engine,
-    snapshot_engine,
-)
-from purgatory._core._timer import (
-    Timer,
-    TimerStatistics,
-    TimerTask,
-)
-from purgatory._core._ttl_state import (
+from purgatory._core.flink.ttl_state import (
     CleanupStrategy,
     StateVisibility,
     TtlConfig,
@@ -75,7 +71,16 @@ from purgatory._core._ttl_state import (
     TtlStatistics,
     UpdateType,
 )
-from purgatory._core._validate import MAX_TIME_MS
+from purgatory._core.wheel.operation import DelayedOperation
+from purgatory._core.wheel.purgatory import (
+    DelayedOperationPurgatory,
+    PurgatoryStatistics,
+)
+from purgatory._core.wheel.timer import (
+    Timer,
+    TimerStatistics,
+    TimerTask,
+)
 
 __all__ = [
     "MAX_KEY_GROUPS",

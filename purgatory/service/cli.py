@@ -25,9 +25,6 @@ import trio
 
 from purgatory._core import ConfigError, PurgatoryError
 from purgatory.client import ApiError, PurgatoryClient
-from purgatory.devtools.demo import run_demo, summarize
-from purgatory.devtools.dev import run_dev
-from purgatory.devtools.dev_broker import DEV_BROKER_ENV, DEV_BROKERS
 from purgatory.service.ops.top import render_top
 from purgatory.service.run import run_serve, run_snapshotter
 from reaper import Clock
@@ -60,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="purgatory", description="Durable delayed operations for data pipelines."
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    # The development tooling's names, here only (serve never imports it, and importing it
+    # first would import the service back half-initialized).
+    from purgatory.devtools.dev_broker import DEV_BROKER_ENV, DEV_BROKERS  # noqa: PLC0415
 
     demo = commands.add_parser(
         "demo",
@@ -213,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.command == "demo":
+        from purgatory.devtools.demo import run_demo, summarize  # noqa: PLC0415 - devtools
 
         async def demo() -> None:
             result = await run_demo(Clock.from_wall_clock(), speed=args.speed)
@@ -223,9 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "top":
         return _top(args)
     if args.command in ("serve", "snapshotter", "dev"):
-        run = {"serve": run_serve, "snapshotter": run_snapshotter, "dev": run_dev}[args.command]
+        run = {"serve": run_serve, "snapshotter": run_snapshotter}.get(args.command)
         try:
-            if args.command == "dev":
+            if run is None:
+                from purgatory.devtools.dev import run_dev  # noqa: PLC0415 - devtools
+
                 return run_dev(
                     dict(os.environ), _overrides(args), broker=args.broker, data_dir=args.data_dir
                 )

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind
-from purgatory._core._snapshot import restore_engine, snapshot_engine
-from purgatory._core._ttl_state import TtlConfig
+from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import EngineConfig, RegistrationStatus
+from purgatory._core.engine.model import Condition, OperationSpec, Outcome, OutcomeKind
+from purgatory._core.flink.keyed_timers import TimeDomain
+from purgatory._core.flink.ttl_state import TtlConfig
 
 NIGHT = "ingest@2026-11-22"
 KEYS = ("ingest/orders", "ingest/users", "ingest/stock")

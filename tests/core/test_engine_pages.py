@@ -16,14 +16,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core import _sorted_ids
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import OperationSpec, Outcome
-from purgatory._core._snapshot import restore_engine, snapshot_engine
-from purgatory._core._sorted_ids import _SortedIds
+from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
+from purgatory._core.engine import sorted_ids as _sorted_ids
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import EngineConfig, RegistrationStatus
+from purgatory._core.engine.model import OperationSpec, Outcome
+from purgatory._core.engine.sorted_ids import _SortedIds
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 SCOPES = ("a", "b")
 KEYS = ("k1", "k2", "k3")

@@ -19,11 +19,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import Condition, OperationSpec, Outcome
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import EngineConfig, RegistrationStatus
+from purgatory._core.engine.model import Condition, OperationSpec, Outcome
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 T = TypeVar("T")
 

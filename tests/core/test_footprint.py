@@ -1,6 +1,7 @@
 """The memory estimate: the module's worked example, and the formula against ``tracemalloc``.
 
-The constants of :mod:`purgatory._core._footprint` were measured once; this test measures again,
+The constants of :mod:`purgatory._core.engine.footprint` were measured once; this test measures
+again,
 the same way, and fails when the engine's objects drift more than 30 % from the formula (then
 measure again and update the constants and their comment).
 """
@@ -14,15 +15,15 @@ from collections.abc import Callable
 
 import pytest
 
-from purgatory._core._engine import Engine
-from purgatory._core._footprint import (
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.footprint import (
     finished_bytes,
     operation_bytes,
     signal_bytes,
     utf8_len,
 )
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import OperationSpec, SignalFact
+from purgatory._core.engine.model import OperationSpec, SignalFact
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 NIGHT = "ingest@2026-11-22"
 KEYS = ("ingest/orders", "ingest/users", "ingest/stock")

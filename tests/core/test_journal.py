@@ -34,14 +34,14 @@ from purgatory._core import (
     TimeDomain,
     TtlConfig,
 )
-from purgatory._core._entries import ResumeEntry
-from purgatory._core._journal import (
+from purgatory._core.durability.entries import ResumeEntry
+from purgatory._core.durability.journal import (
     JournalRecorder,
     decode_entry,
     encode_entry,
     replay_journal,
 )
-from purgatory._core._snapshot import restore_engine, snapshot_engine
+from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
 
 _SCOPES = st.sampled_from(["s1", "s2"])
 _KEYNAMES = st.sampled_from(["a", "b", "c"])

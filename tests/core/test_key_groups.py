@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from purgatory._core._errors import UsageError
-from purgatory._core._key_groups import (
+from purgatory._core.flink.key_groups import (
     MAX_KEY_GROUPS,
     java_string_hash,
     key_group_for,

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from purgatory import UsageError
-from purgatory._core._keyed_timers import FiredTimer, KeyedTimers, TimeDomain
-from purgatory._core._validate import MAX_TIME_MS
+from purgatory._core.engine.validate import MAX_TIME_MS
+from purgatory._core.flink.keyed_timers import FiredTimer, KeyedTimers, TimeDomain
 
 P, E = TimeDomain.PROCESSING_TIME, TimeDomain.EVENT_TIME
 

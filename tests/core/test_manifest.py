@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from purgatory._core import BadRecordError, Engine, OperationSpec, UsageError, snapshot_engine
-from purgatory._core._manifest import (
+from purgatory._core.durability.manifest import (
     SnapshotManifest,
     decode_manifest,
     encode_manifest,

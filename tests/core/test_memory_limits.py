@@ -22,15 +22,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import EngineConfig, RegistrationStatus
 from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
-from purgatory._core._footprint import finished_bytes, operation_bytes, signal_bytes
-from purgatory._core._journal import JournalRecorder, replay_journal
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import OperationSpec, Outcome, SignalFact
-from purgatory._core._snapshot import restore_engine, snapshot_engine
-from purgatory._core._ttl_state import CleanupStrategy, TtlConfig
+from purgatory._core.durability.journal import JournalRecorder, replay_journal
+from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import EngineConfig, RegistrationStatus
+from purgatory._core.engine.footprint import finished_bytes, operation_bytes, signal_bytes
+from purgatory._core.engine.model import OperationSpec, Outcome, SignalFact
+from purgatory._core.flink.keyed_timers import TimeDomain
+from purgatory._core.flink.ttl_state import CleanupStrategy, TtlConfig
 
 NIGHT = "ingest@2026-11-22"
 

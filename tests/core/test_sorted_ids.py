@@ -14,7 +14,7 @@ from bisect import bisect_right, insort
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from purgatory._core._sorted_ids import _BLOCK, _SortedIds
+from purgatory._core.engine.sorted_ids import _BLOCK, _SortedIds
 
 SPLIT = 2 * _BLOCK + 1  # one block over 2 * _BLOCK items splits
 

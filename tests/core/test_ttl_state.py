@@ -15,7 +15,8 @@ from hypothesis.stateful import (
 )
 
 from purgatory._core._errors import UsageError
-from purgatory._core._ttl_state import (
+from purgatory._core.engine.validate import MAX_TIME_MS
+from purgatory._core.flink.ttl_state import (
     CleanupStrategy,
     StateVisibility,
     TtlConfig,
@@ -24,7 +25,6 @@ from purgatory._core._ttl_state import (
     TtlStatistics,
     UpdateType,
 )
-from purgatory._core._validate import MAX_TIME_MS
 
 TIMERS = CleanupStrategy.TIMERS
 INCREMENTAL = CleanupStrategy.INCREMENTAL

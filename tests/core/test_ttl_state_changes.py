@@ -14,7 +14,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from purgatory._core._ttl_state import CleanupStrategy, TtlConfig, TtlState, UpdateType
+from purgatory._core.flink.ttl_state import CleanupStrategy, TtlConfig, TtlState, UpdateType
 
 _KEYS = st.sampled_from(["a", "b", "c", "d"])
 _VALUES = st.integers(0, 9)

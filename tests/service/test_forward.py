@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from purgatory._core import ConfigError, UsageError
-from purgatory._core._key_groups import key_group_range_for_operator
+from purgatory._core.flink.key_groups import key_group_range_for_operator
 from purgatory.service.app import Service, topics_of
 from purgatory.service.ingress.http.app import build_app
 from purgatory.service.ownership.forward import FORWARDED_BY, Forwarded, Forwarder

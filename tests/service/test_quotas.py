@@ -12,9 +12,9 @@ import pytest
 from purgatory._codec import CancelRequest, RegisterRequest, SignalRecord
 from purgatory._core import Engine, EngineConfig, LimitError, RegistrationStatus, TtlConfig
 from purgatory._core._errors import UsageError
-from purgatory._core._footprint import operation_bytes, signal_bytes
-from purgatory._core._model import SignalFact
-from purgatory._core._snapshot import restore_engine, snapshot_engine
+from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
+from purgatory._core.engine.footprint import operation_bytes, signal_bytes
+from purgatory._core.engine.model import SignalFact
 from purgatory.service.dispatch.admission import MEMORY_BASE_BYTES, OWNER_BYTES, RESTORED_CLIENT
 from purgatory.service.dispatch.partitions import ServiceState
 

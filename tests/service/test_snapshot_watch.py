@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from purgatory._core import TransportError
-from purgatory._core._manifest import encode_manifest, split_snapshot
+from purgatory._core.durability.manifest import encode_manifest, split_snapshot
 from purgatory.service.journal.snapshot_watch import LOOK_BACK_RECORDS, SnapshotWatch
 from purgatory.service.journal.snapshots import CHUNK_KEY, MANIFEST_KEY
 from purgatory.service.kafka.config import ConsumedRecord

@@ -18,7 +18,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from purgatory._core._manifest import decode_manifest
+from purgatory._core.durability.manifest import decode_manifest
 from purgatory.client import PurgatoryClient
 from purgatory.devtools.broker import Broker
 from purgatory.devtools.child import service_process

@@ -10,7 +10,8 @@ Clients. The client of an input is a name: the HTTP bearer token's client name (
 when the API is open, and when a caller names none), or ``kafka`` for the records consumed from
 the input topics. The client of an operation is the one that registered it; it holds the
 operation (one operation, and the engine's estimate of its bytes, see
-:mod:`purgatory._core._footprint`) until its outcome is decided (completed, expired, cancelled)
+:mod:`purgatory._core.engine.footprint`) until its outcome is decided (completed, expired,
+cancelled)
 or its partition is taken away. ``max_pending_per_client`` and ``max_pending_bytes_per_client``
 (0: no limit) refuse a registration that would take its client over them. A retry or a re-arm of
 an operation already pending adds nothing and is never refused here.

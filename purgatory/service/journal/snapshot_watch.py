@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import trio
 
 from purgatory._core import BadRecordError, TransportError
-from purgatory._core._manifest import decode_manifest
+from purgatory._core.durability.manifest import decode_manifest
 from purgatory.service.journal.snapshots import MANIFEST_KEY
 from purgatory.service.kafka.config import ConsumedRecord
 from purgatory.service.kafka.transport import LogReader

@@ -3,7 +3,8 @@
 A snapshot of partition p's engine (:func:`~purgatory._core.snapshot_engine`) goes to partition
 p of the snapshots topic as chunks (key ``chunk``) under the broker's record size, followed by
 their manifest (key ``manifest``: journal offset, clock, input positions, delivered sequence,
-size and CRC-32; :mod:`purgatory._core._manifest`). The manifest is sent only once every chunk
+size and CRC-32; :mod:`purgatory._core.durability.manifest`). The manifest is sent only once every
+chunk
 is acknowledged, so a manifest always follows its own chunks, contiguously (one writer per
 partition).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from purgatory._core import BadRecordError, TransportError
-from purgatory._core._manifest import (
+from purgatory._core.durability.manifest import (
     SnapshotManifest,
     decode_manifest,
     encode_manifest,

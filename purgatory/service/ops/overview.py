@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import trio
 
 from purgatory._core import OperationSpec, UsageError
-from purgatory._core._views import View
+from purgatory._core.engine.views import View
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.ops.recent import Recent
 

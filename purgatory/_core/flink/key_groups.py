@@ -21,7 +21,7 @@ Like Flink, ``max_parallelism`` is capped at ``32768`` (``1 << 15``).
 from __future__ import annotations
 
 from purgatory._core._errors import UsageError
-from purgatory._core._validate import check_positive_int
+from purgatory._core.engine.validate import check_positive_int
 
 __all__ = [
     "MAX_KEY_GROUPS",

@@ -6,7 +6,7 @@ An operation that cannot complete at once is *watched* under each of its keys an
 in the timer. A signal on a key calls :meth:`DelayedOperationPurgatory.check_and_complete`,
 which tries every operation watching that key; the reaper calls :meth:`advance_clock`, which
 returns the operations whose deadline passed, for the executor to ``run()``. Completion is
-exactly-once (see :mod:`purgatory._core._operation`), so whichever path comes first wins.
+exactly-once (see :mod:`purgatory._core.wheel.operation`), so whichever path comes first wins.
 
 :meth:`try_complete_else_watch` checks, watches every key, then checks again: in Kafka the
 second check closes the race with a signal that lands between the first check and the watch.
@@ -40,9 +40,9 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from purgatory._core._errors import UsageError
-from purgatory._core._operation import _PENDING, DelayedOperation
-from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._validate import check_positive_int
+from purgatory._core.engine.validate import check_positive_int
+from purgatory._core.wheel.operation import _PENDING, DelayedOperation
+from purgatory._core.wheel.timer import Timer, TimerTask
 
 __all__ = ["DelayedOperationPurgatory", "PurgatoryStatistics"]
 

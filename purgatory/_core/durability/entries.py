@@ -2,7 +2,8 @@
 
 An :class:`Engine` built with ``journal=`` reports every input it is about to apply as one of
 these frozen records, before applying it. They are what a write-ahead journal stores and what
-:func:`~purgatory._core._journal.replay_journal` applies again. Expirations are not inputs: an
+:func:`~purgatory._core.durability.journal.replay_journal` applies again. Expirations are not
+inputs: an
 :class:`AdvanceEntry` decides them, the same way every time it is replayed.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from purgatory._core._model import OperationSpec
+from purgatory._core.engine.model import OperationSpec
 
 __all__ = [
     "AdvanceEntry",

@@ -1,7 +1,7 @@
 """The engine's byte budget (core concept: estimated bytes and their limits; sans-IO, stdlib only).
 
-What the engine holds, in estimated bytes (:mod:`purgatory._core._footprint`), and the limits
-on it: :class:`_Budget`, a mixin of :class:`~purgatory._core._engine.Engine`, keeps the totals
+What the engine holds, in estimated bytes (:mod:`purgatory._core.engine.footprint`), and the limits
+on it: :class:`_Budget`, a mixin of :class:`~purgatory._core.engine.engine.Engine`, keeps the totals
 of pending operations, remembered signals and finished operations, per scope and per engine, up
 to date on every change, and refuses with a :class:`LimitError` the input that would cross
 ``max_pending_bytes_per_scope``, ``max_remembered_signals_per_scope``,
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from purgatory._core._engine_types import _NO_LIMIT, EngineConfig, _Finished, _Op
 from purgatory._core._errors import LimitError, SizeLimitError
-from purgatory._core._footprint import finished_bytes, operation_bytes, signal_bytes
-from purgatory._core._model import OperationSpec, SignalFact
-from purgatory._core._purgatory import DelayedOperationPurgatory
-from purgatory._core._ttl_state import TtlState
+from purgatory._core.engine.engine_types import _NO_LIMIT, EngineConfig, _Finished, _Op
+from purgatory._core.engine.footprint import finished_bytes, operation_bytes, signal_bytes
+from purgatory._core.engine.model import OperationSpec, SignalFact
+from purgatory._core.flink.ttl_state import TtlState
+from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
 
 
 class _Budget:
@@ -34,7 +34,7 @@ class _Budget:
     _remembered_bytes: int
     _remembered_by_scope: dict[str, list[int]]  # scope -> [count, bytes]
     _finished_bytes: int
-    awaits: Callable[[str, str], bool]  # the Engine's query (purgatory._core._views)
+    awaits: Callable[[str, str], bool]  # the Engine's query (purgatory._core.engine.views)
 
     def operation_bytes(self, spec: OperationSpec) -> int:
         """The estimated bytes ``spec`` would hold while pending."""

@@ -29,13 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 from purgatory._core._compact import dumps
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import EngineConfig, _Finished
-from purgatory._core._entries import JournalEntry
 from purgatory._core._errors import BadRecordError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import Condition, OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core._validate import slot_setters
+from purgatory._core.durability.entries import JournalEntry
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import EngineConfig, _Finished
+from purgatory._core.engine.model import Condition, OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core.engine.validate import slot_setters
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 __all__ = ["SNAPSHOT_VERSION", "restore_engine", "snapshot_engine"]
 

@@ -45,8 +45,8 @@ and the signal ``ingest/orders`` with the payload ``o``: ``480 + 17 + 13 + 49 + 
 
 from __future__ import annotations
 
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import OperationSpec, SignalFact
+from purgatory._core.engine.model import OperationSpec, SignalFact
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 __all__ = [
     "EVENT_TIME_BYTES",

@@ -3,7 +3,7 @@
 The engine is deterministic: told the same inputs at the same milliseconds, it reaches the
 same state and decides the same outcomes with the same sequence numbers. So the inputs are
 enough to rebuild it. An :class:`Engine` built with ``journal=recorder`` calls the recorder
-with every input, as a typed entry (:mod:`purgatory._core._entries`), before applying it:
+with every input, as a typed entry (:mod:`purgatory._core.durability.entries`), before applying it:
 
 ============================================  ==============================================
 entry (JSON array)                            the input
@@ -36,9 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from purgatory._core._engine import Engine
-from purgatory._core._engine_types import RegistrationStatus
-from purgatory._core._entries import (
+from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
+from purgatory._core.durability.entries import (
     AdvanceEntry,
     CancelEntry,
     JournalEntry,
@@ -47,9 +46,10 @@ from purgatory._core._entries import (
     SignalEntry,
     WatermarkEntry,
 )
-from purgatory._core._errors import BadRecordError, ConflictError, LimitError, UsageError
-from purgatory._core._model import Outcome
-from purgatory._core._snapshot import _spec, _spec_row
+from purgatory._core.durability.snapshot import _spec, _spec_row
+from purgatory._core.engine.engine import Engine
+from purgatory._core.engine.engine_types import RegistrationStatus
+from purgatory._core.engine.model import Outcome
 
 __all__ = ["JournalRecorder", "decode_entry", "encode_entry", "replay_journal"]
 

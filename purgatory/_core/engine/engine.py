@@ -32,7 +32,8 @@ record size it was configured for.
 
 Memory is limited in bytes as well as in counts. The engine keeps an estimate of the bytes each
 pending operation, remembered signal and finished operation holds (a formula of its texts, see
-:mod:`purgatory._core._footprint`), with totals per scope and per engine updated by every input,
+:mod:`purgatory._core.engine.footprint`), with totals per scope and per engine updated by every
+input,
 expiry and restore (:meth:`Engine.statistics`, :attr:`Engine.memory_bytes`).
 ``max_pending_bytes_per_scope`` refuses a registration whose estimate would take its scope's
 pending operations over it; ``max_remembered_signals_per_scope`` and
@@ -43,25 +44,37 @@ refusal is a :class:`LimitError` whose ``field`` names the limit.
 
 Limits are decided on the engine's state alone, so a journal replayed on an engine of the same
 configuration refuses exactly the inputs refused the first time (the journal records every
-input, refused or not; :func:`~purgatory._core._journal.replay_journal` skips the refusals).
+input, refused or not; :func:`~purgatory._core.durability.journal.replay_journal` skips the
+refusals).
 Remembered signals that expired but are not cleaned up yet are stored here but absent from a
 snapshot, so before refusing a signal the engine removes them and decides again: a restored
 engine decides the same.
 
 The engine spans five modules. This one holds :class:`Engine`: its inputs, its clock and the
-life of a pending operation. :mod:`purgatory._core._engine_types` holds its configuration, its
+life of a pending operation. :mod:`purgatory._core.engine.engine_types` holds its configuration, its
 answers and the records it keeps per operation (and when a registration repeats another);
-:mod:`purgatory._core._budget` its estimated bytes and their limits, and
-:mod:`purgatory._core._views` its queries and operators' views, two mixins :class:`Engine`
-inherits; :mod:`purgatory._core._sorted_ids` the sorted op_ids of each scope that its pages read.
+:mod:`purgatory._core.engine.budget` its estimated bytes and their limits, and
+:mod:`purgatory._core.engine.views` its queries and operators' views, two mixins :class:`Engine`
+inherits; :mod:`purgatory._core.engine.sorted_ids` the sorted op_ids of each scope that its pages
+read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from purgatory._core._budget import _Budget, _utf8_len
-from purgatory._core._engine_types import (
+from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
+from purgatory._core.durability.entries import (
+    AdvanceEntry,
+    CancelEntry,
+    JournalEntry,
+    RegisterEntry,
+    ResumeEntry,
+    SignalEntry,
+    WatermarkEntry,
+)
+from purgatory._core.engine.budget import _Budget, _utf8_len
+from purgatory._core.engine.engine_types import (
     EngineConfig,
     Registration,
     RegistrationStatus,
@@ -71,25 +84,15 @@ from purgatory._core._engine_types import (
     _same_request,
     _same_retried_timer,
 )
-from purgatory._core._entries import (
-    AdvanceEntry,
-    CancelEntry,
-    JournalEntry,
-    RegisterEntry,
-    ResumeEntry,
-    SignalEntry,
-    WatermarkEntry,
-)
-from purgatory._core._errors import ConflictError, LimitError, SizeLimitError, UsageError
-from purgatory._core._footprint import operation_bytes
-from purgatory._core._keyed_timers import KeyedTimers, TimeDomain
-from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core._purgatory import DelayedOperationPurgatory
-from purgatory._core._sorted_ids import _add_id, _remove_id, _SortedIds
-from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._ttl_state import TtlConfig, TtlState
-from purgatory._core._validate import check_ms, check_text
-from purgatory._core._views import _Views
+from purgatory._core.engine.footprint import operation_bytes
+from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core.engine.sorted_ids import _add_id, _remove_id, _SortedIds
+from purgatory._core.engine.validate import check_ms, check_text
+from purgatory._core.engine.views import _Views
+from purgatory._core.flink.keyed_timers import KeyedTimers, TimeDomain
+from purgatory._core.flink.ttl_state import TtlConfig, TtlState
+from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
+from purgatory._core.wheel.timer import Timer, TimerTask
 
 __all__ = ["ConflictError", "Engine", "LimitError", "SizeLimitError"]
 
@@ -103,7 +106,7 @@ class Engine(_Views, _Budget):
         config: tuning and limits.
         start_ms: the clock's initial time (epoch ms in the service).
         journal: called with each input before it is applied, as a typed entry
-            (``purgatory._core._journal`` records and replays them); None records nothing.
+            (``purgatory._core.durability.journal`` records and replays them); None records nothing.
         partition: the input partition this engine serves; stamped on every outcome.
     """
 
@@ -126,7 +129,7 @@ class Engine(_Views, _Budget):
             "operations", timer=wheel, purge_interval=self.config.purge_interval
         )
         self.keyed = KeyedTimers(max_fire_per_poll=self.config.max_fire_per_step)
-        # Estimated bytes held (purgatory._core._footprint), kept up to date by every change:
+        # Estimated bytes held (purgatory._core.engine.footprint), kept up to date by every change:
         # pending operations in _add/_finish, signals and finished ones by their TtlState.
         self._pending_bytes = 0
         self._pending_bytes_by_scope: dict[str, int] = {}

@@ -3,7 +3,7 @@
 A timer is identified by ``(scope, key, namespace, timestamp_ms)`` in one of two domains:
 
 * **processing time** fires when ``timestamp_ms <= now_ms`` (the clock told to :meth:`poll`);
-  these timers live in a hierarchical :class:`~purgatory._core._timer.Timer`;
+  these timers live in a hierarchical :class:`~purgatory._core.wheel.timer.Timer`;
 * **event time** fires when ``timestamp_ms <= watermark`` of its scope. Watermarks are per scope
   and monotonic: a watermark that goes backward is a documented no-op. Event-time timers sit in
   one heap per scope, since a watermark is not a clock that the wheel could follow.
@@ -29,8 +29,8 @@ import enum
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int, check_text
+from purgatory._core.engine.validate import MAX_TIME_MS, check_ms, check_positive_int, check_text
+from purgatory._core.wheel.timer import Timer, TimerTask
 
 __all__ = ["FiredTimer", "KeyedTimers", "KeyedTimersStatistics", "TimeDomain"]
 

@@ -1,6 +1,6 @@
 """What the engine answers (core concept: queries and operators' views; sans-IO, stdlib only).
 
-:class:`_Views`, a mixin of :class:`~purgatory._core._engine.Engine`, answers questions about
+:class:`_Views`, a mixin of :class:`~purgatory._core.engine.engine.Engine`, answers questions about
 the engine's state without deciding anything: what is pending (one operation, a scope's page in
 ``op_id`` order, the counts), its statistics and estimated bytes, and the operators' views that
 may read many items (the busiest scopes, the next deadlines). Those are each a :data:`View`, a
@@ -17,14 +17,14 @@ from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from typing import TypeVar
 
-from purgatory._core._engine_types import EngineStatistics, _Finished, _Op
-from purgatory._core._keyed_timers import KeyedTimers
-from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core._purgatory import DelayedOperationPurgatory
-from purgatory._core._sorted_ids import _ids_after, _SortedIds
-from purgatory._core._timer import Timer, TimerTask, _Bucket
-from purgatory._core._ttl_state import TtlState
-from purgatory._core._validate import MAX_TIME_MS
+from purgatory._core.engine.engine_types import EngineStatistics, _Finished, _Op
+from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core.engine.sorted_ids import _ids_after, _SortedIds
+from purgatory._core.engine.validate import MAX_TIME_MS
+from purgatory._core.flink.keyed_timers import KeyedTimers
+from purgatory._core.flink.ttl_state import TtlState
+from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
+from purgatory._core.wheel.timer import Timer, TimerTask, _Bucket
 
 __all__ = ["View"]
 

@@ -17,8 +17,8 @@ import enum
 from dataclasses import dataclass, field
 
 from purgatory._core._errors import UsageError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._validate import check_ms, check_text
+from purgatory._core.engine.validate import check_ms, check_text
+from purgatory._core.flink.keyed_timers import TimeDomain
 
 __all__ = ["Condition", "OperationSpec", "Outcome", "OutcomeKind", "SignalFact"]
 

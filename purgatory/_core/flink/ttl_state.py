@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from purgatory._core._errors import UsageError
-from purgatory._core._timer import Timer, TimerTask
-from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
+from purgatory._core.engine.validate import MAX_TIME_MS, check_ms, check_positive_int
+from purgatory._core.wheel.timer import Timer, TimerTask
 
 __all__ = [
     "CleanupStrategy",

@@ -1,6 +1,6 @@
 """The engine's records (core concept: config, answers, held operations; sans-IO, stdlib only).
 
-What an :class:`~purgatory._core._engine.Engine` is built with and answers, and what it holds
+What an :class:`~purgatory._core.engine.engine.Engine` is built with and answers, and what it holds
 per operation: :class:`EngineConfig` (its tuning and limits, validated), :class:`Registration`
 and :class:`RegistrationStatus` (what a registration did), :class:`EngineStatistics` (its counts
 at one instant), ``_Op`` (a pending operation, whose outcome the engine's clock decides) and
@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from purgatory._core._errors import UsageError
-from purgatory._core._keyed_timers import TimeDomain
-from purgatory._core._model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core._operation import DelayedOperation
-from purgatory._core._ttl_state import TtlConfig
-from purgatory._core._validate import MAX_TIME_MS, check_positive_int
+from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core.engine.validate import MAX_TIME_MS, check_positive_int
+from purgatory._core.flink.keyed_timers import TimeDomain
+from purgatory._core.flink.ttl_state import TtlConfig
+from purgatory._core.wheel.operation import DelayedOperation
 
 if TYPE_CHECKING:
-    from purgatory._core._engine import Engine
+    from purgatory._core.engine.engine import Engine
 
 __all__ = ["EngineConfig", "EngineStatistics", "Registration", "RegistrationStatus"]
 
@@ -62,7 +62,7 @@ class EngineConfig:
     max_pending: int = 10_000_000
     max_pending_per_scope: int = 1_000_000
     max_signal_bytes_per_operation: int = 524_288
-    # Estimated bytes (purgatory._core._footprint); the defaults mean "no limit".
+    # Estimated bytes (purgatory._core.engine.footprint); the defaults mean "no limit".
     max_pending_bytes_per_scope: int = _NO_LIMIT
     max_remembered_signals_per_scope: int = _NO_LIMIT
     max_remembered_bytes_per_scope: int = _NO_LIMIT
@@ -106,7 +106,7 @@ class EngineStatistics:
     late: int
     sequence: int
     clock_ms: int
-    # Estimated bytes (purgatory._core._footprint) and the count of remembered signals.
+    # Estimated bytes (purgatory._core.engine.footprint) and the count of remembered signals.
     pending_bytes: int = 0
     remembered_signals: int = 0
     remembered_bytes: int = 0

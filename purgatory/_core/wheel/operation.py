@@ -14,7 +14,7 @@ a cancelled operation lingers in its other keys' lists and may still complete): 
 
 from __future__ import annotations
 
-from purgatory._core._timer import TimerTask
+from purgatory._core.wheel.timer import TimerTask
 
 __all__ = ["DelayedOperation"]
 

@@ -1,7 +1,8 @@
 """Sorted pending op_ids per scope (core concept: the page index; sans-IO, stdlib only).
 
 The engine lists a scope's pending operations in pages, in ``op_id`` order
-(:meth:`~purgatory._core._engine.Engine.pending_page`), so it keeps each scope's pending op_ids
+(:meth:`~purgatory._core.engine.engine.Engine.pending_page`), so it keeps each scope's pending
+op_ids
 sorted: in one sorted list while the scope is small, in a :class:`_SortedIds` of sorted blocks
 once it is large. :func:`_add_id` and :func:`_remove_id` keep the index up to date on every
 registration and outcome, and :func:`_ids_after` reads one page of it.

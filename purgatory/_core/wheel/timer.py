@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from operator import attrgetter
 
-from purgatory._core._validate import MAX_TIME_MS, check_ms, check_positive_int
+from purgatory._core.engine.validate import MAX_TIME_MS, check_ms, check_positive_int
 
 __all__ = ["Timer", "TimerStatistics", "TimerTask"]
 
