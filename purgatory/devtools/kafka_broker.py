@@ -61,12 +61,11 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from purgatory._core import TransportError, UsageError
 from purgatory.devtools.broker import (
-    create_missing_topics,
+    BrokerProcess,
     free_port,
     log_tail,
     signal_group,
@@ -148,7 +147,7 @@ def _server_properties(port: int, controller_port: int, log_dir: Path) -> str:
     return "# Written by purgatory's KafkaBroker on every start.\n" + "\n".join(lines) + "\n"
 
 
-class KafkaBroker:
+class KafkaBroker(BrokerProcess):
     """An Apache Kafka broker (one KRaft node) on free loopback ports; a context manager.
 
     Args:
@@ -189,8 +188,6 @@ class KafkaBroker:
         self._heap_mb = heap_mb
         self._die_with_parent = die_with_parent
         self._ports: tuple[int, int] | None = None  # (PLAINTEXT, CONTROLLER), kept by restarts
-        self._process: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._remove_data: weakref.finalize[Any, Any] | None = None
 
     @property
@@ -205,11 +202,6 @@ class KafkaBroker:
         return f"{_HOST}:{self._ports[0]}"
 
     @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs."""
-        return None if self._process is None else self._process.pid
-
-    @property
     def log_path(self) -> Path | None:
         """Where the broker's output goes, once a data dir is chosen."""
         if self._log_path_arg is not None:
@@ -220,11 +212,6 @@ class KafkaBroker:
     def data_dir(self) -> Path | None:
         """The broker's data dir, once chosen."""
         return self._data_dir
-
-    def exit_status(self) -> int | None:
-        """The broker process's exit status if it exited on its own (a crash, a kill from
-        outside) and ``stop`` was not called since; None while it runs or when stopped."""
-        return None if self._process is None else self._process.poll()
 
     def start(self) -> None:
         """Start the broker (formatting an empty data dir first) and wait until it answers.
@@ -285,15 +272,6 @@ class KafkaBroker:
             if not ready:
                 self.stop()
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM, SIGKILL after 15 s) and wait for it; idempotent.
-
-        The data dir stays: ``start`` serves it again.
-        """
-        if self._finalizer is not None:
-            self._finalizer()
-        self._process = self._finalizer = None
-
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would, and reap it; the data dir stays for ``start``.
 
@@ -313,15 +291,6 @@ class KafkaBroker:
             self._remove_data()
             self._remove_data = self._data_dir = None
             self._ports = None
-
-    def create_topics(self, names: Mapping[str, int]) -> None:
-        """Create topics ``{name: partitions}``; topics that already exist are left as they are.
-
-        Raises:
-            UsageError: a name is empty or a partition count is below 1.
-            TransportError: the broker refused or did not answer.
-        """
-        create_missing_topics(self.bootstrap_servers, names)
 
     def _resolve_java(self) -> str:
         if self._java is not None:
@@ -386,15 +355,3 @@ class KafkaBroker:
                 f"formatting the Kafka broker's storage failed with code {done.returncode}; "
                 f"log: {log_tail(log_path)}"
             )
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
