@@ -60,6 +60,7 @@ from purgatory.service.ingress.http.table import (
 )
 from purgatory.service.ops.overview import MAX_DEADLINES, MAX_SCOPES, ui_page
 from purgatory.service.ops.recent import MAX_RECENT
+from purgatory.service.ownership.forward import Forwarded
 
 __all__ = ["ROUTES"]
 
@@ -102,10 +103,7 @@ async def create_operations(request: Request) -> Response:
     client, retry = _client(request), _retry(request)
     local, remote = _split(ctx, request, [req.scope for req in decoded])
     results: list[dict[str, Any]] = [{} for _ in decoded]
-    raw_items = payload["operations"]
-    for url, indexes in remote.items():
-        sub = json.dumps({"operations": [raw_items[i] for i in indexes]}).encode()
-        answered = await _forward(ctx, request, url, sub)
+    for indexes, answered in await _to_owners(ctx, request, payload, "operations", remote):
         theirs = answered.json().get("results") if answered.status == 200 else None
         for position, index in enumerate(indexes):
             req = decoded[index]
@@ -252,13 +250,24 @@ async def _forward_parts(
             raise NotServingError(partition, restoring=partition in ctx.state.restoring_now())
         ctx.state.check_inputs(partition)
     answers: list[dict[str, Any]] = []
-    for url, indexes in remote.items():
-        sub = json.dumps({name: [payload[name][i] for i in indexes]}).encode()
-        answered = await _forward(ctx, request, url, sub)
+    for _indexes, answered in await _to_owners(ctx, request, payload, name, remote):
         if answered.status != 200:
             raise _ForwardFailedError(answered)
         answers.append(answered.json())
     return local, answers
+
+
+async def _to_owners(
+    ctx: _Context, request: Request, payload: Any, name: str, remote: dict[str, list[int]]
+) -> list[tuple[list[int], Forwarded]]:
+    """Send each owner its items of the batch ``payload[name]`` (as they came, in one request
+    per owner); each owner's indexes and answer. The one place a batch is forwarded: the
+    callers decide what an owner's failure means (an item's 503, or the whole batch's)."""
+    answers = []
+    for url, indexes in remote.items():
+        sub = json.dumps({name: [payload[name][i] for i in indexes]}).encode()
+        answers.append((indexes, await _forward(ctx, request, url, sub)))
+    return answers
 
 
 async def post_signals(request: Request) -> Response:
