@@ -57,7 +57,8 @@ from purgatory.service.ingress.intake import run_intake
 from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
 from purgatory.service.journal.release import release_for
 from purgatory.service.journal.restore import Progress
-from purgatory.service.kafka.clients import KafkaClientConfig, KafkaTransport
+from purgatory.service.kafka.clients import KafkaTransport
+from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.transport import LogReader, RecordSink, RecordSource, Transport
 from purgatory.service.ops.overview import Overview
 from purgatory.service.ops.recent import Recent

@@ -95,8 +95,7 @@ from purgatory.service.journal.changelog import Changelog
 from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.journal.snapshots import write_snapshot
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import LogReader
+from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.settings import Settings
 from tests.benchmarks._measure import (
     gc_paused,

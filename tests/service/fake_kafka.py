@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 import trio
 
 from purgatory._core import TransportError
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
 from purgatory.service.ownership.partitioning import partition_for
 
 __all__ = ["FakeBroker", "FakeTransport"]

@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.client import ApiError
 from purgatory.devtools.broker import Broker
-from purgatory.service.kafka.clients import KafkaClientConfig, open_kafka_sink
+from purgatory.service.kafka.config import KafkaClientConfig
+from purgatory.service.kafka.sink import open_kafka_sink
 from purgatory.service.kafka.transport import OutRecord
 from tests.service.test_e2e import _settings, consume, produce, service
 

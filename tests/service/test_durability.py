@@ -24,8 +24,7 @@ from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import CancelRequest, RegisterRequest, SignalRecord
 from purgatory.service.app import Service, topics_of
 from purgatory.service.journal.format import decode_journal_record
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.settings import Settings
 from reaper import Clock

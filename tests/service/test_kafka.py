@@ -12,13 +12,10 @@ import trio
 from purgatory._core import ConfigError, TransportError, UsageError
 from purgatory.devtools.broker import Broker, EmbeddedBroker, free_port
 from purgatory.service.kafka import clients as _kafka
-from purgatory.service.kafka.clients import (
-    ConsumedRecord,
-    KafkaClientConfig,
-    KafkaSource,
-    open_kafka_sink,
-    open_kafka_source,
-)
+from purgatory.service.kafka.config import KafkaClientConfig
+from purgatory.service.kafka.sink import open_kafka_sink
+from purgatory.service.kafka.source import KafkaSource, open_kafka_source
+from purgatory.service.kafka.transport import ConsumedRecord
 
 pytestmark = pytest.mark.kafka
 

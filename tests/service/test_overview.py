@@ -14,8 +14,7 @@ from purgatory._core import UsageError
 from purgatory.service.app import limits_of
 from purgatory.service.egress.outbox import Outbox
 from purgatory.service.ingress.intake import run_intake
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
 from purgatory.service.ops.overview import Overview, ui_page
 from purgatory.service.ops.recent import MAX_TEXT, Recent, Ring
 from reaper import Clock, CompletionExecutor

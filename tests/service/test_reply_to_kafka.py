@@ -18,9 +18,9 @@ from kafka import KafkaAdminClient, KafkaProducer
 from purgatory._core import TransportError
 from purgatory.client import ApiError
 from purgatory.devtools.broker import Broker
-from purgatory.service.kafka.clients import KafkaClientConfig, open_kafka_sink
-from purgatory.service.kafka.config import no_topic_creation
+from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
 from purgatory.service.kafka.reader import open_kafka_reader
+from purgatory.service.kafka.sink import open_kafka_sink
 from purgatory.service.kafka.transport import OutRecord
 from tests.service.test_e2e import consume, service
 

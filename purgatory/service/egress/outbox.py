@@ -63,8 +63,13 @@ from purgatory._codec import (
 )
 from purgatory._core import Outcome, OutcomeKind, TimeDomain, TransportError
 from purgatory._core._backoff import Backoff
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import Delivery, OutRecord, RecordSink, SendFailure
+from purgatory.service.kafka.transport import (
+    ConsumedRecord,
+    Delivery,
+    OutRecord,
+    RecordSink,
+    SendFailure,
+)
 from purgatory.service.telemetry.logging import get_logger, logs_enabled
 from purgatory.service.telemetry.metrics import Metrics
 from purgatory.service.telemetry.stats import OutboxStatistics

@@ -39,8 +39,7 @@ from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.egress.outbox import Outbox
 from purgatory.service.errors import UnavailableError
 from purgatory.service.journal.changelog import Gate, NoJournal
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import RecordSource
+from purgatory.service.kafka.transport import ConsumedRecord, RecordSource
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
 

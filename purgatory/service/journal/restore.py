@@ -40,8 +40,7 @@ from purgatory._core import (
 )
 from purgatory.service.journal.format import decode_journal_record, fresh_entries, reach
 from purgatory.service.journal.snapshots import find_latest
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import LogReader
+from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["Progress", "Replayer", "Restored", "restore_partition"]

@@ -34,8 +34,7 @@ import trio
 from purgatory._core import BadRecordError, TransportError
 from purgatory._core.durability.manifest import decode_manifest
 from purgatory.service.journal.snapshots import MANIFEST_KEY
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import LogReader
+from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.stats import SnapshotStatus
 

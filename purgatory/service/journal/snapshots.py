@@ -27,8 +27,7 @@ from purgatory._core.durability.manifest import (
     join_snapshot,
     split_snapshot,
 )
-from purgatory.service.kafka.config import ConsumedRecord
-from purgatory.service.kafka.transport import LogReader, OutRecord, RecordSink
+from purgatory.service.kafka.transport import ConsumedRecord, LogReader, OutRecord, RecordSink
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["CHUNK_KEY", "MANIFEST_KEY", "FoundSnapshot", "find_latest", "write_snapshot"]

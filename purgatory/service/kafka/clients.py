@@ -1,6 +1,7 @@
-"""Kafka clients of the service (service layer): the names the rest of the shell imports.
+"""The service's transport over kafka-python (service layer: the Kafka seam's implementation).
 
-Every kafka-python client is owned by one thread started with ``trio.to_thread.run_sync`` and talks
+:class:`KafkaTransport` implements :class:`~purgatory.service.kafka.transport.Transport`. Every
+kafka-python client is owned by one thread started with ``trio.to_thread.run_sync`` and talks
 to trio through bounded memory channels: the source (``source``) hands batches of
 ``ConsumedRecord`` in and commits offsets only when asked, the sink (``sink``) takes records
 out and reports delivery failures at ``flush``. ``KafkaClientConfig`` (``config``) is how
@@ -10,23 +11,12 @@ both reach the brokers.
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from purgatory.service.kafka.config import ConsumedRecord, KafkaClientConfig
+from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.reader import KafkaLogReader, open_kafka_reader
-from purgatory.service.kafka.sink import KafkaSink, SinkStatistics, open_kafka_sink
-from purgatory.service.kafka.source import KafkaSource, StartPosition, open_kafka_source
+from purgatory.service.kafka.sink import KafkaSink, open_kafka_sink
+from purgatory.service.kafka.source import KafkaSource, open_kafka_source
 
-__all__ = [
-    "ConsumedRecord",
-    "KafkaClientConfig",
-    "KafkaLogReader",
-    "KafkaSink",
-    "KafkaSource",
-    "KafkaTransport",
-    "SinkStatistics",
-    "StartPosition",
-    "open_kafka_sink",
-    "open_kafka_source",
-]
+__all__ = ["KafkaTransport"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,26 +31,7 @@ from typing import Any
 from purgatory._core import ConfigError
 from purgatory._kafka_options import OPTIONS, kafka_connection_problems
 
-__all__ = ["ConsumedRecord", "KafkaClientConfig", "no_topic_creation", "raising_single_errors"]
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    """One record read from Kafka, detached from kafka-python.
-
-    ``offset`` is the record's own offset; the offset to commit after applying it is
-    ``offset + 1``. ``epoch`` counts the resumes of its partition before it was fetched (see
-    :meth:`~purgatory.service.kafka.transport.RecordSource.resume_epoch`): a record fetched before
-    the latest seek carries a lower one.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int
-    epoch: int = 0
+__all__ = ["KafkaClientConfig", "no_topic_creation", "raising_single_errors"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError
-from purgatory.service.kafka.config import (
-    ConsumedRecord,
-    KafkaClientConfig,
-    no_topic_creation,
-)
+from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
+from purgatory.service.kafka.transport import ConsumedRecord
 
 __all__ = ["KafkaLogReader", "open_kafka_reader"]
 

@@ -38,11 +38,11 @@ from kafka.errors import KafkaError
 from purgatory._core import TransportError, UsageError
 from purgatory.service.kafka.assignor import CoPartitionedAssignor
 from purgatory.service.kafka.config import (
-    ConsumedRecord,
     KafkaClientConfig,
     no_topic_creation,
     raising_single_errors,
 )
+from purgatory.service.kafka.transport import ConsumedRecord
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["KafkaSource", "StartPosition", "open_kafka_source"]

@@ -22,9 +22,8 @@ from typing import Protocol
 
 import trio
 
-from purgatory.service.kafka.config import ConsumedRecord
-
 __all__ = [
+    "ConsumedRecord",
     "Delivery",
     "LogReader",
     "OutRecord",
@@ -33,6 +32,25 @@ __all__ = [
     "SendFailure",
     "Transport",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One record read from Kafka, detached from kafka-python.
+
+    ``offset`` is the record's own offset; the offset to commit after applying it is
+    ``offset + 1``. ``epoch`` counts the resumes of its partition before it was fetched (see
+    :meth:`~purgatory.service.kafka.transport.RecordSource.resume_epoch`): a record fetched before
+    the latest seek carries a lower one.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
