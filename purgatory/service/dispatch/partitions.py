@@ -33,8 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-import trio
-
 from purgatory._codec import CancelRequest, RegisterRequest, SignalRecord, WatermarkRecord
 from purgatory._core import (
     ConflictError,
@@ -53,6 +51,7 @@ from purgatory._core import (
 )
 from purgatory.service.dispatch.admission import ANONYMOUS_CLIENT, Admission
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
+from purgatory.service.dispatch.waiters import Waiters
 from purgatory.service.errors import NotServingError
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.telemetry.logging import get_logger, logs_enabled
@@ -137,8 +136,7 @@ class ServiceState:
         self._deliver = deliver
         self._resend = resend if resend is not None else deliver
         self._reply_to = reply_to
-        self._undelivered: set[tuple[str, str]] = set()
-        self._waiters: dict[tuple[str, str], trio.Event] = {}
+        self.waiters = Waiters()
         self._counts = {"registrations": 0, "signals": 0, "watermarks": 0, "cancels": 0}
         self.inputs_stopped: str | None = None  # why no input is taken (None: they are)
         self.admission = Admission(
@@ -506,15 +504,13 @@ class ServiceState:
     def _decided(self, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
             self.admission.finished(outcomes)
-            for outcome in outcomes:
-                self._undelivered.add((outcome.scope, outcome.op_id))
+            self.waiters.decided((o.scope, o.op_id) for o in outcomes)
             self._deliver(outcomes)
 
     def redeliver(self, outcomes: Sequence[Outcome]) -> None:
         """Send again outcomes a restore found journaled but maybe never delivered (they are
         already durable, so they go straight to the outbox's order)."""
-        for outcome in outcomes:
-            self._undelivered.add((outcome.scope, outcome.op_id))
+        self.waiters.decided((o.scope, o.op_id) for o in outcomes)
         if outcomes:
             self._resend(outcomes)
 
@@ -523,11 +519,7 @@ class ServiceState:
         acked = self._acked.get(outcome.partition)
         if acked is not None and outcome.sequence > acked:  # a served partition's, in order
             self._acked[outcome.partition] = outcome.sequence
-        ident = (outcome.scope, outcome.op_id)
-        self._undelivered.discard(ident)
-        event = self._waiters.pop(ident, None)
-        if event is not None:
-            event.set()
+        self.waiters.delivered((outcome.scope, outcome.op_id))
 
     async def wait(self, scope: str, op_id: str, timeout_ms: int) -> Outcome | None:
         """Wait up to ``timeout_ms`` for an operation's outcome to be delivered (long poll).
@@ -542,12 +534,10 @@ class ServiceState:
         if found is None:
             raise UsageError(f"op_id {op_id!r} is not known in scope {scope!r}")
         ident = (scope, op_id)
-        if found[1] is not None and ident not in self._undelivered:
+        if found[1] is not None and not self.waiters.undelivered(ident):
             return found[1]  # decided and delivered
-        event = self._waiters.setdefault(ident, trio.Event())
-        with trio.move_on_after(timeout_ms / 1000):
-            await event.wait()
-        if ident in self._undelivered:
+        await self.waiters.wait(ident, timeout_ms / 1000)
+        if self.waiters.undelivered(ident):
             return None
         try:
             again = self.lookup(scope, op_id)
@@ -556,10 +546,9 @@ class ServiceState:
         return again[1] if again is not None else None
 
     def statistics(self) -> ServiceStatistics:
-        """A frozen record of the state machine's counts."""
-        return ServiceStatistics(
-            undelivered=len(self._undelivered), waiters=len(self._waiters), **self._counts
-        )
+        """A frozen record of the partitions' counts."""
+        undelivered, waiting = self.waiters.counts()
+        return ServiceStatistics(undelivered=undelivered, waiters=waiting, **self._counts)
 
     def _count_registration(self, result: str) -> None:
         if self._metrics is not None:
