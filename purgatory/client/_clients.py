@@ -27,10 +27,10 @@ from typing import Any
 import httpx
 import trio
 
-from purgatory._codec import APPLIED_HEADER, RETRY_HEADER
 from purgatory._core import TransportError
 from purgatory.client._requests import (
     Call,
+    Tries,
     answer,
     call_cancel,
     call_get,
@@ -42,7 +42,6 @@ from purgatory.client._requests import (
     call_wait,
     call_watermarks,
     operation,
-    retry_after_s,
 )
 
 __all__ = ["AsyncPurgatoryClient", "PurgatoryClient"]
@@ -97,26 +96,17 @@ class PurgatoryClient:
         self._http.close()
 
     def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        give_up = self._clock() + self._timeout_s
-        marked: dict[str, str] = {}  # set once a try may have been applied
+        tries = Tries(self._clock(), self._timeout_s)
         while True:
             try:
                 response = self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params or None,
-                    json=call.json,
-                    headers=marked,
-                    timeout=self._timeout_s + extra_s,
+                    **call.request_args(self._timeout_s + extra_s), headers=tries.headers
                 )
             except httpx.HTTPError as exc:
                 raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-            left = give_up - self._clock()
-            pause = retry_after_s(response.status_code, response.headers, left)
+            pause = tries.pause(response.status_code, response.headers, self._clock())
             if pause is None:
                 return answer(response.status_code, response.content)
-            if response.headers.get(APPLIED_HEADER):
-                marked = {RETRY_HEADER: "1"}
             self._sleep(pause)
 
     def register(self, **spec: Any) -> Any:
@@ -192,26 +182,17 @@ class AsyncPurgatoryClient:
         await self._http.aclose()
 
     async def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        give_up = trio.current_time() + self._timeout_s
-        marked: dict[str, str] = {}  # set once a try may have been applied
+        tries = Tries(trio.current_time(), self._timeout_s)
         while True:
             try:
                 response = await self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params or None,
-                    json=call.json,
-                    headers=marked,
-                    timeout=self._timeout_s + extra_s,
+                    **call.request_args(self._timeout_s + extra_s), headers=tries.headers
                 )
             except httpx.HTTPError as exc:
                 raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-            left = give_up - trio.current_time()
-            pause = retry_after_s(response.status_code, response.headers, left)
+            pause = tries.pause(response.status_code, response.headers, trio.current_time())
             if pause is None:
                 return answer(response.status_code, response.content)
-            if response.headers.get(APPLIED_HEADER):
-                marked = {RETRY_HEADER: "1"}
             await trio.sleep(pause)
 
     async def register(self, **spec: Any) -> Any:

@@ -11,11 +11,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from purgatory._codec import APPLIED_HEADER, RETRY_HEADER
 from purgatory._core import PurgatoryError
 
 __all__ = [
     "ApiError",
     "Call",
+    "Tries",
     "answer",
     "call_cancel",
     "call_get",
@@ -51,6 +53,16 @@ class Call:
     path: str
     params: dict[str, str] = field(default_factory=dict)
     json: Any = None
+
+    def request_args(self, timeout_s: float) -> dict[str, Any]:
+        """The arguments of ``httpx.Client.request`` (and its async twin) for this call."""
+        return {
+            "method": self.method,
+            "url": self.path,
+            "params": self.params or None,
+            "json": self.json,
+            "timeout": timeout_s,
+        }
 
 
 def operation(
@@ -156,3 +168,24 @@ def retry_after_s(status: int, headers: Mapping[str, str], left_s: float) -> flo
         return None
     pause = min(max(seconds, 0.05), MAX_RETRY_PAUSE_S)
     return pause if pause <= left_s else None
+
+
+class Tries:
+    """The tries of one call: when to try again, and how to mark a retry.
+
+    A 503 with ``Retry-After`` is tried again, pausing as the service asks, while the pause fits
+    in ``timeout_s`` from the first try (:func:`retry_after_s`). Once an answer says the write
+    may have been applied (``Purgatory-Applied``), every later try carries ``Purgatory-Retry:
+    1`` (:mod:`purgatory._codec._retry`).
+    """
+
+    def __init__(self, now_s: float, timeout_s: float) -> None:
+        self._give_up_s = now_s + timeout_s
+        self.headers: dict[str, str] = {}
+
+    def pause(self, status: int, headers: Mapping[str, str], now_s: float) -> float | None:
+        """The pause before the next try after this answer; None when the answer is final."""
+        pause = retry_after_s(status, headers, self._give_up_s - now_s)
+        if pause is not None and headers.get(APPLIED_HEADER):
+            self.headers = {RETRY_HEADER: "1"}
+        return pause
