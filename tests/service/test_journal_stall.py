@@ -100,6 +100,12 @@ def _metric(text: str, name: str) -> float:
     raise AssertionError(f"{name} is not served")
 
 
+async def _come_back(broker: FakeBroker, seconds: float) -> None:
+    """The stalled broker acknowledges again after ``seconds``."""
+    await trio.sleep(seconds)
+    broker.stall.set()
+
+
 def _callbacks(broker: FakeBroker) -> list[Json]:
     return [json.loads(r.value or b"") for r in broker.records(CALLBACKS)]
 
@@ -232,12 +238,7 @@ async def test_the_client_retries_the_503_until_the_broker_is_back(
             AsyncPurgatoryClient("http://api", timeout_s=60, transport=transport) as client,
             trio.open_nursery() as nursery,
         ):
-
-            async def come_back() -> None:
-                await trio.sleep(30)
-                broker.stall.set()
-
-            nursery.start_soon(come_back)
+            nursery.start_soon(_come_back, broker, 30)
             answer = await client.register(scope="s0", op_id="R", keys=["k"], timeout_ms=HOUR_MS)
         took = trio.current_time() - start
         print(f"\nclient: registered after {took:.1f} s (broker away 30 s)")
@@ -282,12 +283,7 @@ async def test_a_retried_timer_that_fired_during_the_stall_is_a_duplicate_not_a_
             AsyncPurgatoryClient("http://api", timeout_s=60, transport=transport) as client,
             trio.open_nursery() as nursery,
         ):
-
-            async def come_back() -> None:
-                await trio.sleep(20)  # the 2 s timer is due long before
-                broker.stall.set()
-
-            nursery.start_soon(come_back)
+            nursery.start_soon(_come_back, broker, 20)  # the 2 s timer is due long before
             answer = await client.register(scope="s0", op_id="T", timeout_ms=2_000)
         # The first try armed it; it expired during the stall and was delivered once the
         # broker came back; the marked retry that got through found that outcome.
