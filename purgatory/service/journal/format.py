@@ -25,6 +25,7 @@ after it.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -116,5 +117,10 @@ def decode_journal_record(value: bytes) -> dict[str, Any] | None:
 def marker_size(topic: str, offset: int) -> int:
     """At most the bytes one ``inputs`` marker ``[first,end,"topic",offset],`` takes (a record
     counts them against its limit with its entries)."""
-    quoted = dumps(topic).encode("utf-8", "surrogatepass")
-    return len(quoted) + len(str(offset)) + 2 * _INDEX_DIGITS + 6
+    return _quoted_bytes(topic) + len(str(offset)) + 2 * _INDEX_DIGITS + 6
+
+
+@functools.cache
+def _quoted_bytes(topic: str) -> int:
+    # Asked for every entry of every consumed record; the service reads two input topics.
+    return len(dumps(topic).encode("utf-8", "surrogatepass"))
