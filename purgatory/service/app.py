@@ -32,6 +32,7 @@ exits 1), never silently.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import signal as signals
@@ -57,15 +58,23 @@ from purgatory.service.ingress.intake import run_intake
 from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
 from purgatory.service.journal.release import release_for
 from purgatory.service.journal.restore import Progress
+from purgatory.service.journal.transactional import TransactionalChangelog
 from purgatory.service.kafka.clients import KafkaTransport
 from purgatory.service.kafka.config import KafkaClientConfig
-from purgatory.service.kafka.transport import LogReader, RecordSink, RecordSource, Transport
+from purgatory.service.kafka.transactions import check_transactions
+from purgatory.service.kafka.transport import (
+    LogReader,
+    RecordSink,
+    RecordSource,
+    Transactions,
+    Transport,
+)
 from purgatory.service.ops.overview import Overview
 from purgatory.service.ops.recent import Recent
 from purgatory.service.ownership.forward import Forwarder, new_forwarder
 from purgatory.service.ownership.layout import TopicLayout
 from purgatory.service.ownership.owners import StaticOwners
-from purgatory.service.settings import Settings
+from purgatory.service.settings import Delivery, Settings
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics, PartitionStatus
 from reaper import Clock, CompletionExecutor, Reaper
@@ -131,6 +140,8 @@ def kafka_transport(settings: Settings) -> KafkaTransport:
         advertised_url=settings.advertised_url,
         group_instance_id=settings.kafka_group_instance_id,
         close_timeout_ms=settings.shutdown_grace_ms,
+        read_committed=settings.delivery is Delivery.TRANSACTIONAL,
+        transaction_timeout_ms=settings.transaction_timeout_ms,
     )
 
 
@@ -145,6 +156,8 @@ class Service:
         sink: where callbacks, dead letters and the journal go.
         reader: reads the changelog at restore (None: partitions start empty; required with
             ``settings.journal``).
+        transactions: the partitions' transactional producers (required with transactional
+            delivery).
     """
 
     settings: Settings
@@ -152,6 +165,7 @@ class Service:
     source: RecordSource
     sink: RecordSink
     reader: LogReader | None = None
+    transactions: Transactions | None = None
     metrics: Metrics = field(default_factory=Metrics)
     ready: bool = False
     jitter: random.Random = field(default_factory=random.Random)  # of the back-off after a fence
@@ -160,6 +174,8 @@ class Service:
         settings, clock = self.settings, self.clock
         if settings.journal and self.reader is None:
             raise UsageError("a journaled service needs a reader of the changelog")
+        if settings.delivery is Delivery.TRANSACTIONAL and self.transactions is None:
+            raise UsageError("a transactional service needs its transactional producers")
         self.input_topics = (settings.topic_requests, settings.topic_signals)
         # Checked against the other topics' when the service runs (TopicLayout.check).
         partitions = self.source.partition_count(settings.topic_requests)
@@ -173,7 +189,7 @@ class Service:
         self.outbox = self._build_outbox()
         self.changelog = self._build_changelog()
         self.gate: Gate = self.changelog if self.changelog is not None else NoJournal()
-        self.release = release_for(self.changelog, self.outbox.put)
+        self.release = release_for(self.changelog, self.outbox)
         self.state = self._build_state(partitions)
         self.acks.listen(self.state.delivered)
         self.acks.listen(self.recent.outcome)
@@ -226,14 +242,21 @@ class Service:
         settings = self.settings
         if not settings.journal:
             return None
-        return Changelog(
-            self.sink,
-            topic=settings.topic_changelog,
-            max_record_bytes=settings.max_record_bytes,
-            delivered=self._acked,
-            on_fenced=self._fenced,
-            wait_ms=settings.journal_wait_ms,
-        )
+        common: dict[str, Any] = {
+            "topic": settings.topic_changelog,
+            "max_record_bytes": settings.max_record_bytes,
+            "delivered": self._acked,
+            "on_fenced": self._fenced,
+            "wait_ms": settings.journal_wait_ms,
+        }
+        if self.transactions is not None and settings.delivery is Delivery.TRANSACTIONAL:
+            return TransactionalChangelog(
+                self.transactions,
+                undeliverable=self.outbox.undeliverable,
+                own_topics=topics_of(settings),
+                **common,
+            )
+        return Changelog(self.sink, **common)
 
     def _build_state(self, partitions: int) -> ServiceState:
         settings = self.settings
@@ -247,7 +270,7 @@ class Service:
             metrics=self.metrics,
             deliver=self.release.decided,
             journal_for=self.changelog.journal_for if self.changelog is not None else None,
-            resend=self.outbox.put,
+            resend=self.release.resent,
             reply_to=ReplyToPolicy.from_settings(settings),
             max_pending_per_client=settings.max_pending_per_client,
             max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
@@ -401,11 +424,23 @@ class Service:
             input_topics=self.input_topics,
             clock=self.clock,
             progress=self.restores,
-            commit=self.outbox.put_commit,
+            commit=self._restored_at,
             took=self.changelog.expect if self.changelog is not None else None,
+            opening=(
+                self.changelog.open_partition
+                if isinstance(self.changelog, TransactionalChangelog)
+                else None
+            ),
             taken=self.metrics.partition_taken,
             hold_off=self._held_back,
         )
+
+    def _restored_at(self, offsets: dict[tuple[str, int], int]) -> None:
+        """A restored partition resumes its inputs at ``offsets``: the group's offsets follow."""
+        for partition in sorted({p for _t, p in offsets}):
+            self.release.consumed(
+                partition, {tp: o for tp, o in offsets.items() if tp[1] == partition}
+            )
 
     def _held(self) -> set[int]:
         """The input partitions the source holds now."""
@@ -584,12 +619,13 @@ class Service:
         await run_intake(
             self.source,
             self.state,
-            self.outbox,
+            self.release,
             requests_topic=settings.topic_requests,
             signals_topic=settings.topic_signals,
             limits=limits_of(settings),
             metrics=self.metrics,
             gate=self.gate,
+            room=self.outbox.wait_for_room,
         )
 
     async def _drain(self, nursery: trio.Nursery, done: _Outputs) -> int:
@@ -670,16 +706,31 @@ async def run_service(
         if settings.kafka_static_partitions
         else None
     )
+    transactional = settings.delivery is Delivery.TRANSACTIONAL
+    if transactional and isinstance(transport, KafkaTransport):
+        await check_transactions(
+            transport.config, transactional_id=f"{settings.kafka_group_id}-probe"
+        )
     async with (
         transport.open_sink() as sink,
-        transport.open_reader() as reader,
+        transport.open_reader(read_committed=transactional) as reader,
         transport.open_source(
             topics=[settings.topic_requests, settings.topic_signals],
             group_id=settings.kafka_group_id,
             assignment=assignment,
         ) as source,
+        contextlib.AsyncExitStack() as stack,
     ):
+        transactions = None
+        if transactional:
+            transactions = await stack.enter_async_context(
+                transport.open_transactions(
+                    id_prefix=settings.kafka_group_id, group_metadata=source.group_metadata
+                )
+            )
         metrics = metrics if metrics is not None else Metrics()
-        service = Service(settings, clock, source, sink, reader, metrics=metrics)
+        service = Service(
+            settings, clock, source, sink, reader, transactions=transactions, metrics=metrics
+        )
         await service.run(stop, own_signals=own_signals, task_status=task_status)
     _log.info("service_closed")

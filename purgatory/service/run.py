@@ -30,7 +30,7 @@ from purgatory.service.journal.snapshotter import Snapshotter
 from purgatory.service.journal.supervisor import Child, Supervisor, start_process, with_pdeathsig
 from purgatory.service.kafka.config import raising_single_errors
 from purgatory.service.ownership.layout import check_counts, read_counts
-from purgatory.service.settings import Settings, env_name
+from purgatory.service.settings import Delivery, Settings, env_name
 from purgatory.service.telemetry.logging import configure_logging
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
@@ -92,7 +92,7 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
     clock = Clock.from_wall_clock()
     metrics = Metrics()
     supervisor = Supervisor(start)
-    async with transport.open_reader() as reader:
+    async with transport.open_reader(read_committed=_transactional(settings)) as reader:
         # Topics of other partition counts refuse the start before the snapshotter starts
         # (the service checks again, its input topics as its consumer sees them).
         counts = await read_counts(settings, reader.partition_count)
@@ -114,6 +114,11 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
                 nursery.cancel_scope.cancel()
 
 
+def _transactional(settings: Settings) -> bool:
+    """Whether the journal is written in transactions (its readers then read committed)."""
+    return settings.delivery is Delivery.TRANSACTIONAL
+
+
 def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
     """Tail the journal and write snapshots until SIGTERM or SIGINT (see ``snapshotter``).
 
@@ -130,7 +135,10 @@ def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) ->
 
 async def _snapshot_until_stopped(settings: Settings) -> None:
     transport = kafka_transport(settings)
-    async with transport.open_reader() as reader, transport.open_sink() as sink:
+    async with (
+        transport.open_reader(read_committed=_transactional(settings)) as reader,
+        transport.open_sink() as sink,
+    ):
         static = settings.kafka_static_partitions
         partitions = static or range(await reader.partition_count(settings.topic_changelog))
         snapshotter = Snapshotter(

@@ -31,7 +31,15 @@ from typing import Any, Protocol
 from purgatory._core import MAX_TIME_MS, ConfigError, EngineConfig, TtlConfig, UsageError
 from purgatory._kafka_options import HOST_PORTS, OPTIONS, kafka_connection_problems
 
-__all__ = ["LogFormat", "LogLevel", "SaslMechanism", "SecurityProtocol", "Settings", "env_name"]
+__all__ = [
+    "Delivery",
+    "LogFormat",
+    "LogLevel",
+    "SaslMechanism",
+    "SecurityProtocol",
+    "Settings",
+    "env_name",
+]
 
 _PREFIX = "PURGATORY_"
 _FILE_SUFFIX = "_FILE"
@@ -64,6 +72,16 @@ class LogLevel(enum.StrEnum):
     WARNING = "warning"
     ERROR = "error"
     CRITICAL = "critical"
+
+
+class Delivery(enum.StrEnum):
+    """How outcomes are delivered: ``acknowledged`` (write-ahead journal, callbacks by
+    acknowledgement: at least once, de-duplicated by ``id``) or ``transactional`` (journal,
+    callbacks and input offsets in one Kafka transaction per partition: exactly once for
+    ``read_committed`` readers)."""
+
+    ACKNOWLEDGED = "acknowledged"
+    TRANSACTIONAL = "transactional"
 
 
 class LogFormat(enum.StrEnum):
@@ -459,6 +477,24 @@ class Settings:
         " restore each partition from it (false: state is in memory only, and a restart loses"
         " the pending operations).",
     )
+    delivery: Delivery = _setting(  # noqa: RUF009 (returns a field())
+        Delivery.ACKNOWLEDGED,
+        _Choice(Delivery, any_case=True),
+        "acknowledged: journal first, then each callback by the broker's acknowledgement (at"
+        " least once: after a crash, consumers drop repeats by id; any broker). transactional:"
+        " each partition's journal record, the callbacks and dead letters it released and the"
+        " input offsets in one Kafka transaction (exactly once for read_committed readers;"
+        " needs Apache Kafka 2.5+; checked at start).",
+    )
+    transaction_timeout_ms: int = _int(
+        60_000,
+        1_000,
+        900_000,
+        "How long the broker lets a transaction stay open before it aborts it, in ms"
+        " (transactional delivery): how long a replica that stopped mid-transaction can hold"
+        " read_committed readers of its partitions back. At most the broker's"
+        " transaction.max.timeout.ms (15 minutes by default).",
+    )
     journal_wait_ms: int = _int(
         5_000,
         1,
@@ -584,6 +620,11 @@ class Settings:
                 f" ({len(self.peer_urls)} URLs), got {self.replica_ordinal}"
             )
         problems.extend(self._auth_checks())
+        if self.delivery is Delivery.TRANSACTIONAL and not self.journal:
+            problems.append(
+                f"{env('delivery')}: transactional delivery writes the journal in its"
+                f" transactions; it needs {env('journal')}=true"
+            )
         if self.max_pending_per_scope > self.max_pending:
             problems.append(
                 f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"

@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -162,6 +163,9 @@ class FakeSource:
     def partition_count(self, topic: str) -> int:
         return len(self._broker.topics[topic])
 
+    def group_metadata(self) -> object:
+        return "g"
+
     def owner_urls(self) -> dict[int, str]:
         return dict(self.owners)
 
@@ -196,9 +200,15 @@ class FakeSource:
 class FakeReader:
     """Reads a partition to its end, in batches, as the restore does."""
 
-    def __init__(self, broker: FakeBroker, batch: int = 100) -> None:
+    def __init__(
+        self,
+        broker: FakeBroker,
+        batch: int = 100,
+        committed: Callable[[str, int], tuple[list[ConsumedRecord], int]] | None = None,
+    ) -> None:
         self._broker = broker
         self._batch = batch
+        self._committed = committed  # read_committed: (records visible, last stable offset)
 
     async def read(
         self,
@@ -208,6 +218,13 @@ class FakeReader:
         handle: Callable[[list[ConsumedRecord]], None],
     ) -> int:
         self._broker.step("read")
+        if self._committed is not None:
+            visible, end = self._committed(topic, partition)
+            records = [r for r in visible if r.offset >= start]
+            for first in range(0, len(records), self._batch):
+                handle(records[first : first + self._batch])
+                await trio.sleep(0)
+            return max(start, end)
         log = self._broker.topics[topic][partition]
         offset = start
         while offset < len(log):
@@ -218,6 +235,8 @@ class FakeReader:
         return offset
 
     async def end_offset(self, topic: str, partition: int) -> int:
+        if self._committed is not None:
+            return self._committed(topic, partition)[1]
         return len(self._broker.topics[topic][partition])
 
     async def partition_count(self, topic: str) -> int:
@@ -233,6 +252,9 @@ class FakeTransport:
     broker: FakeBroker
     ack_delay_s: float = 0.002
     max_batch: int = 500
+    #: the transaction coordinator (``fake_transactions.Transactions``): what
+    #: ``open_transactions`` writes through and ``read_committed`` readers read
+    transactions: Any = None
 
     @asynccontextmanager
     async def open_source(
@@ -270,8 +292,31 @@ class FakeTransport:
             nursery.cancel_scope.cancel()
 
     @asynccontextmanager
-    async def open_reader(self) -> AsyncIterator[FakeReader]:
-        yield FakeReader(self.broker)
+    async def open_reader(self, *, read_committed: bool = False) -> AsyncIterator[FakeReader]:
+        coordinator = self.transactions
+        if read_committed and coordinator is not None:
+
+            def committed(topic: str, partition: int) -> tuple[list[ConsumedRecord], int]:
+                return (
+                    coordinator.visible(topic, partition),
+                    coordinator.last_stable_offset(topic, partition),
+                )
+
+            yield FakeReader(self.broker, committed=committed)
+        else:
+            yield FakeReader(self.broker)
+
+    @asynccontextmanager
+    async def open_transactions(
+        self, *, id_prefix: str, group_metadata: Callable[[], object]
+    ) -> AsyncIterator[Any]:
+        from tests.service.fake_transactions import FakeProducers, Transactions  # noqa: PLC0415
+
+        if self.transactions is None:
+            self.transactions = Transactions(self.broker)
+        yield FakeProducers(
+            self.transactions, id_prefix, group_metadata, ack_delay_s=self.ack_delay_s
+        )
 
     @asynccontextmanager
     async def open_sink(self) -> AsyncIterator[FakeSink]:

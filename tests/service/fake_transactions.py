@@ -23,26 +23,28 @@ committed as they land.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
-from purgatory._core import TransportError
-from purgatory.service.kafka.transport import ConsumedRecord
+from purgatory.service.kafka.transport import (
+    ConsumedRecord,
+    OutRecord,
+    ProducerFencedError,
+    RecordRefusedError,
+    TransactionAbortedError,
+)
 from tests.service.fake_kafka import FakeBroker
 
-__all__ = ["ProducerFencedError", "TransactionAbortedError", "Transactions"]
+__all__ = [
+    "FakeProducers",
+    "ProducerFencedError",
+    "TransactionAbortedError",
+    "Transactions",
+]
 
 _Where = tuple[str, int, int]  # (topic, partition, offset)
-
-
-class ProducerFencedError(TransportError):
-    """A producer of an older epoch called: another producer took its transactional id."""
-
-
-class TransactionAbortedError(TransportError):
-    """The producer's open transaction was aborted by the coordinator (its timeout passed)."""
 
 
 @dataclass
@@ -82,11 +84,18 @@ class Transactions:
         self._open[txid] = _Open(epoch, trio.current_time())
 
     def send(
-        self, txid: str, epoch: int, topic: str, value: bytes | None, *, partition: int
+        self,
+        txid: str,
+        epoch: int,
+        topic: str,
+        value: bytes | None,
+        *,
+        partition: int | None,
+        key: bytes | None = b"k",
     ) -> ConsumedRecord:
         """Send one record in the open transaction; it takes its offset now."""
         txn = self._current(txid, epoch)
-        record = self.broker.append(topic, b"k", value, partition)
+        record = self.broker.append(topic, key, value, partition)
         where = (record.topic, record.partition, record.offset)
         txn.records.append(where)
         self._status[where] = "open"
@@ -160,3 +169,79 @@ class Transactions:
             if now - txn.started_s >= self.timeout_s:
                 self._end(txid, "aborted")
                 self._timed_out.add((txid, txn.epoch))
+
+
+@dataclass
+class FakeProducers:
+    """The service's :class:`~purgatory.service.kafka.transport.Transactions` over a
+    :class:`Transactions` coordinator, one producer (an epoch) per partition.
+
+    Each call is a step of the broker (``txn-init``, ``txn-begin``, ``txn-send`` per record,
+    ``txn-offsets``, ``txn-commit``), so a crash can be tried before and after each one. A
+    record ``broker.refuse`` refuses aborts the transaction: ``TransactionAbortedError`` when
+    retriable, ``RecordRefusedError`` naming it when not. The commit waits ``ack_delay_s`` and
+    for ``broker.stall`` (a stalled broker commits nothing).
+    """
+
+    coordinator: Transactions
+    id_prefix: str
+    group_metadata: Callable[[], object]
+    ack_delay_s: float = 0.002
+    epochs: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def broker(self) -> FakeBroker:
+        return self.coordinator.broker
+
+    async def open(self, partition: int) -> None:
+        await trio.sleep(0)
+        self.broker.step("txn-init")
+        self.epochs[partition] = self.coordinator.init(f"{self.id_prefix}-{partition}")
+
+    async def commit(
+        self,
+        partition: int,
+        records: Sequence[OutRecord],
+        offsets: Mapping[tuple[str, int], int],
+    ) -> list[int | None]:
+        epoch = self.epochs.get(partition)
+        if epoch is None:
+            raise ProducerFencedError(f"partition {partition} has no open producer")
+        txid, coordinator = f"{self.id_prefix}-{partition}", self.coordinator
+        try:
+            coordinator.begin(txid, epoch)
+            self.broker.step("txn-begin")
+            written: list[int | None] = []
+            for index, record in enumerate(records):
+                failure = self.broker.refuse(record)
+                if failure is not None:
+                    coordinator.abort(txid, epoch)
+                    if failure.retriable:
+                        raise TransactionAbortedError(failure.reason)
+                    raise RecordRefusedError(index, failure)
+                sent = coordinator.send(
+                    txid,
+                    epoch,
+                    record.topic,
+                    record.value,
+                    partition=record.partition,
+                    key=record.key,
+                )
+                written.append(sent.offset)
+                self.broker.step("txn-send")
+            await trio.sleep(self.ack_delay_s)
+            await self.broker.stall.wait()
+            if offsets:
+                assert self.group_metadata() is not None
+                coordinator.send_offsets(txid, epoch, offsets)
+                self.broker.step("txn-offsets")
+            coordinator.commit(txid, epoch)
+        except ProducerFencedError:
+            self.epochs.pop(partition, None)
+            raise
+        self.broker.step("txn-commit")
+        return written
+
+    async def close(self, partition: int) -> None:
+        await trio.sleep(0)
+        self.epochs.pop(partition, None)

@@ -70,7 +70,7 @@ async def test_the_overview_shows_partitions_scopes_deadlines_outcomes_and_dead_
                     run_intake,
                     service.source,
                     service.state,
-                    service.outbox,
+                    service.release,
                     requests_topic=service.settings.topic_requests,
                     signals_topic=service.settings.topic_signals,
                     limits=limits_of(service.settings),

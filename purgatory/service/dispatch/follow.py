@@ -13,7 +13,7 @@ journaled already, so its next owner re-sends what was not delivered.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 
 import trio
 
@@ -41,6 +41,7 @@ async def follow_assignment(
     progress: dict[int, Progress],
     commit: Callable[[dict[tuple[str, int], int]], None] = lambda _offsets: None,
     took: Callable[[int, int], None] | None = None,
+    opening: Callable[[int], Awaitable[None]] | None = None,
     taken: Callable[[int], None] = lambda _partition: None,
     hold_off: Callable[[int], bool] = lambda _partition: False,
     poll_s: float = 0.05,
@@ -51,7 +52,9 @@ async def follow_assignment(
     ``commit`` takes the journaled positions of a restored partition (the outbox's
     ``put_commit``: the group's offsets then follow the journal, after the re-sent outcomes).
     ``took`` is told each partition restored and the changelog offset it was restored to (the
-    journal's writer then checks that its next record lands there); ``taken`` is told each
+    journal's writer then checks that its next record lands there); ``opening`` is awaited
+    before each restore reads the changelog (transactional delivery takes the partition's
+    transactional id there, fencing its earlier owners); ``taken`` is told each
     partition as its restore begins. A partition still held but
     no longer served (fenced: another writer wrote to it) is restored again, once ``hold_off``
     says its back-off is over."""
@@ -84,6 +87,7 @@ async def follow_assignment(
                         progress=progress,
                         commit=commit,
                         took=took,
+                        opening=opening,
                     )
                 )
         known.update(new)
@@ -113,23 +117,21 @@ async def _take(
     progress: dict[int, Progress],
     commit: Callable[[dict[tuple[str, int], int]], None],
     took: Callable[[int, int], None] | None,
+    opening: Callable[[int], Awaitable[None]] | None = None,
 ) -> None:
     """Restore ``partition`` (or start it empty without a ``reader``), then serve it."""
     status = progress[partition] = Progress(partition)
     positions: dict[str, int] = {}
     resend: list[Outcome] = []
     acked, journal_end = 0, None
+    if opening is not None:  # before the changelog is read: earlier writers fenced
+        await opening(partition)
     if reader is not None:
         _log.info("partition_restoring", partition=partition)
         restored = await restore_partition(
-            reader,
-            topic=changelog_topic,
-            snapshots_topic=snapshots_topic,
-            partition=partition,
-            config=state.config,
-            journal=state.journal(partition),
-            progress=status,
-        )
+            reader, topic=changelog_topic, snapshots_topic=snapshots_topic, partition=partition,
+            config=state.config, journal=state.journal(partition), progress=status,
+        )  # fmt: skip
         engine, positions, resend = restored.engine, restored.positions, restored.resend
         acked, journal_end = restored.acked, restored.journal_end
     else:  # no journal: the partition starts empty

@@ -236,6 +236,75 @@ class Outbox:
             self._queue.append(dict(offsets))
             self._wakeup.set()
 
+    # -- records written elsewhere (transactional delivery) -------------------------------------
+
+    def records_for(self, outcomes: Sequence[Outcome]) -> list[OutRecord]:
+        """The callbacks of ``outcomes`` as records to write in a transaction, in order; one
+        larger than ``max_record_bytes`` is replaced by its dead letter (as the outbox does)."""
+        records: list[OutRecord] = []
+        for outcome in outcomes:
+            topic = outcome.reply_to or self._callbacks_topic
+            record = OutRecord(topic, outcome.scope.encode(), encode_callback(outcome))
+            if len(record.value) > self._max_record_bytes:
+                reason = (
+                    f"{len(record.value)} bytes, over max_record_bytes ({self._max_record_bytes})"
+                )
+                _log.error(
+                    "callback_dead_lettered",
+                    op_id=outcome.op_id,
+                    scope=outcome.scope,
+                    topic=topic,
+                    reason=reason,
+                )
+                record = self.undeliverable(record, SendFailure(reason, retriable=False))
+            records.append(record)
+        return records
+
+    def undeliverable(self, record: OutRecord, failure: SendFailure) -> OutRecord:
+        """The dead letter of a callback that cannot be delivered (reason ``undeliverable``)."""
+        if self._metrics is not None:
+            self._metrics.callback_error()
+        full, _bare = self._letters(
+            scope=record.key.decode("utf-8", "replace") if record.key is not None else None,
+            reason=f"callback not delivered to topic {record.topic!r}: {failure.reason}",
+            field=None,
+            topic=record.topic,
+            partition=-1,
+            offset=-1,
+            timestamp_ms=None,
+            key=record.key,
+            value=record.value,
+        )
+        return full
+
+    def settled(self, outcomes: Sequence[Outcome]) -> None:
+        """``outcomes``' callbacks were committed elsewhere (in a transaction): count them and
+        tell the listeners, as an acknowledgement does."""
+        for outcome in outcomes:
+            topic = outcome.reply_to or self._callbacks_topic
+            self._acknowledged(_Ref(OutRecord(topic, None, b""), outcome))
+
+    def letter_for(
+        self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
+    ) -> OutRecord:
+        """The dead letter of a refused input record, to write in a transaction."""
+        full, _bare = self._letters(
+            scope=scope,
+            reason=reason,
+            field=field,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
+        )
+        return full
+
+    def letter_settled(self, letter: OutRecord, *, source_topic: str, label: str) -> None:
+        """``letter`` was committed elsewhere (in a transaction): count it as acknowledged."""
+        self._acknowledged(_Ref(letter, None, source_topic, label))
+
     async def acknowledged(self) -> None:
         """Return once everything queued so far is acknowledged (or settled)."""
         self._check_open()

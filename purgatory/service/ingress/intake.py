@@ -24,8 +24,7 @@ every batch is left unapplied and uncommitted: a restart reads it again.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from purgatory._codec import (
     Limits,
@@ -36,9 +35,9 @@ from purgatory._codec import (
 from purgatory._core import LimitError, SizeLimitError, UsageError
 from purgatory.service.dispatch.admission import KAFKA_CLIENT
 from purgatory.service.dispatch.partitions import ServiceState
-from purgatory.service.egress.outbox import Outbox
 from purgatory.service.errors import UnavailableError
 from purgatory.service.journal.changelog import Gate, NoJournal
+from purgatory.service.journal.release import Release
 from purgatory.service.kafka.transport import ConsumedRecord, RecordSource
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
@@ -51,15 +50,19 @@ _log = get_logger()
 async def run_intake(
     source: RecordSource,
     state: ServiceState,
-    outbox: Outbox,
+    release: Release,
     *,
     requests_topic: str,
     signals_topic: str,
     limits: Limits,
     metrics: Metrics | None = None,
     gate: Gate | None = None,
+    room: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Apply consumed batches until the source ends (or this task is cancelled)."""
+    """Apply consumed batches until the source ends (or this task is cancelled).
+
+    Dead letters and the offsets reached go to ``release``; ``room`` waits for room in egress
+    (the outbox's back-pressure) after each batch."""
     gate = gate if gate is not None else NoJournal()
     decoders: dict[str, Callable[[bytes, Limits], object]] = {
         requests_topic: decode_requests_record,
@@ -79,7 +82,7 @@ async def run_intake(
             refused = _apply(record, state, decoders[record.topic], limits)
             if refused is not None:
                 reason, field, label, scope = refused
-                outbox.put_dead_letter(record, reason=reason, field=field, label=label, scope=scope)
+                release.refused(record, reason=reason, field=field, label=label, scope=scope)
                 invalid_registration = (
                     refused[2] == "invalid"
                     and record.topic == requests_topic
@@ -98,8 +101,9 @@ async def run_intake(
         # must not commit offsets its void entries reached (the others still do).
         for partition in sorted({p for _t, p in offsets}):
             mine = {tp: o for tp, o in offsets.items() if tp[1] == partition}
-            gate.after(functools.partial(outbox.put_commit, mine), partition=partition)
-        await outbox.wait_for_room()
+            release.consumed(partition, mine)
+        if room is not None:
+            await room()
         await gate.wait_for_room()
 
 

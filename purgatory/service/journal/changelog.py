@@ -92,6 +92,8 @@ class _Part:
     size: int = 0  # bytes of the entries and of the ``inputs`` markers, as encoded
     positions: dict[str, int] = field(default_factory=dict)
     inputs: list[list[Any]] = field(default_factory=list)  # [first, end, topic, offset]
+    outbound: list[OutRecord] = field(default_factory=list)  # released with it (transactional)
+    sequence: int = 0  # the highest outcome sequence among them
 
 
 @dataclass
@@ -511,10 +513,18 @@ class Changelog:
                 self._expected[partition] = offset + 1
         return fenced
 
+    def _delivered_mark(self, partition: int, part: _Part) -> int:
+        """The delivered mark a record of ``part`` carries."""
+        return self._delivered(partition)
+
     def _record(self, partition: int, part: _Part) -> OutRecord:
         self._end_input(part)
         value = encode_journal_record(
-            partition, part.entries, part.positions, self._delivered(partition), part.inputs
+            partition,
+            part.entries,
+            part.positions,
+            self._delivered_mark(partition, part),
+            part.inputs,
         )
         return OutRecord(self._topic, JOURNAL_KEY, value, partition=partition)
 

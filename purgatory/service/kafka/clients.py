@@ -8,6 +8,7 @@ out and reports delivery failures at ``flush``. ``KafkaClientConfig`` (``config`
 both reach the brokers.
 """
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.reader import KafkaLogReader, open_kafka_reader
 from purgatory.service.kafka.sink import KafkaSink, open_kafka_sink
 from purgatory.service.kafka.source import KafkaSource, open_kafka_source
+from purgatory.service.kafka.transactions import KafkaTransactions, open_kafka_transactions
 
 __all__ = ["KafkaTransport"]
 
@@ -32,6 +34,8 @@ class KafkaTransport:
         group_instance_id: static group membership.
         close_timeout_ms: how long closing the sink waits for its last flush (None: up to
             the producer's delivery timeout); the service passes its ``shutdown_grace_ms``.
+        read_committed: the source reads only committed records (a transactional service).
+        transaction_timeout_ms: how long the broker lets a transaction stay open.
     """
 
     config: KafkaClientConfig
@@ -41,6 +45,8 @@ class KafkaTransport:
     advertised_url: str | None = None
     group_instance_id: str | None = None
     close_timeout_ms: int | None = None
+    read_committed: bool = False
+    transaction_timeout_ms: int = 60_000
 
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None
@@ -56,6 +62,7 @@ class KafkaTransport:
             hold=True,
             advertised_url=self.advertised_url,
             group_instance_id=self.group_instance_id,
+            read_committed=self.read_committed,
         )
 
     def open_sink(self) -> AbstractAsyncContextManager[KafkaSink]:
@@ -67,6 +74,20 @@ class KafkaTransport:
             close_timeout_ms=self.close_timeout_ms,
         )
 
-    def open_reader(self) -> AbstractAsyncContextManager[KafkaLogReader]:
+    def open_reader(
+        self, *, read_committed: bool = False
+    ) -> AbstractAsyncContextManager[KafkaLogReader]:
         """A reader of whole partitions (the changelog, at restore)."""
-        return open_kafka_reader(self.config)
+        return open_kafka_reader(self.config, read_committed=read_committed)
+
+    def open_transactions(
+        self, *, id_prefix: str, group_metadata: Callable[[], object]
+    ) -> AbstractAsyncContextManager[KafkaTransactions]:
+        """One transactional producer per partition (transactional delivery)."""
+        return open_kafka_transactions(
+            self.config,
+            id_prefix=id_prefix,
+            group_metadata=group_metadata,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            max_request_bytes=self.max_request_bytes,
+        )

@@ -4,8 +4,13 @@ Each :meth:`KafkaLogReader.read` runs one consumer without a group in a worker t
 assigned the partition, seeks to the start offset, and polls until its position reaches the high
 watermark reported by a fetch response. ListOffsets alone is not trusted for "the end" (the
 embedded broker's can lag the last batch); the fetch's high watermark is what the broker has
-acknowledged. The batches are handed to ``handle`` in the same thread, so a replay there runs off
-the event loop.
+acknowledged. A ``read_committed`` reader (transactional delivery) skips aborted records and
+transaction markers, and its end is the last stable offset as ListOffsets reports it for
+``read_committed`` (the first offset of a transaction still open, else the high watermark):
+what was committed when the read began. A restore reads after its own producer took the
+partition (``init_transactions`` aborted or completed what an earlier owner left open), so
+its end is everything committed. The batches are handed to ``handle`` in the same thread, so
+a replay there runs off the event loop.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class KafkaLogReader:
         stall_timeout_s: how long a read may make no progress (no fetch answered) before it
             fails.
         max_fetch_bytes: the most one fetch of the partition may return.
+        read_committed: read only records of committed transactions (and every record written
+            outside one).
     """
 
     def __init__(
@@ -43,8 +50,11 @@ class KafkaLogReader:
         *,
         stall_timeout_s: float = 60.0,
         max_fetch_bytes: int = 16 * 1024 * 1024,
+        read_committed: bool = False,
     ) -> None:
         self._config = config
+        self._committed = read_committed
+        self._isolation = "read_committed" if read_committed else "read_uncommitted"
         self._stall_timeout_s = stall_timeout_s
         self._max_fetch_bytes = max_fetch_bytes
 
@@ -100,6 +110,7 @@ class KafkaLogReader:
             "max_partition_fetch_bytes": self._max_fetch_bytes,
             "fetch_max_bytes": self._max_fetch_bytes,
             "max_poll_records": 10_000,
+            "isolation_level": self._isolation,
         }
         try:
             return KafkaConsumer(**kwargs)
@@ -125,6 +136,7 @@ class KafkaLogReader:
                 consumer.seek_to_end(tp)
             else:
                 consumer.seek(tp, start)
+            stable = consumer.end_offsets([tp])[tp] if self._committed else None
             idle_polls = 0
             max_idle_polls = max(1, int(self._stall_timeout_s * 1000 / _POLL_TIMEOUT_MS))
             seen: tuple[int | None, int | None] = (None, None)
@@ -140,7 +152,7 @@ class KafkaLogReader:
                             for r in records
                         ]
                     )
-                highwater = consumer.highwater(tp)
+                highwater = consumer.highwater(tp) if stable is None else stable
                 position = consumer.position(tp)
                 if highwater is not None and position >= highwater:
                     return int(highwater) if start is None else int(position)
@@ -159,6 +171,8 @@ class KafkaLogReader:
 
 
 @asynccontextmanager
-async def open_kafka_reader(config: KafkaClientConfig) -> AsyncIterator[KafkaLogReader]:
+async def open_kafka_reader(
+    config: KafkaClientConfig, *, read_committed: bool = False
+) -> AsyncIterator[KafkaLogReader]:
     """A reader of whole partitions (it holds no connection between reads)."""
-    yield KafkaLogReader(config)
+    yield KafkaLogReader(config, read_committed=read_committed)

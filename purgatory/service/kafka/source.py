@@ -136,6 +136,7 @@ class _ConsumerThread:
         self._start = start
         self._max_batch = max_batch
         self._stop = threading.Event()
+        self.consumer: Any = None  # once connected (its group metadata is read from trio)
         self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
         self._resumes: queue.SimpleQueue[_ResumeRequest] = queue.SimpleQueue()
         self._reading: set[Any] = set()  # assigned and resumed
@@ -247,7 +248,7 @@ class _ConsumerThread:
         self, send: trio.MemorySendChannel[list[ConsumedRecord]], task_status: trio.TaskStatus[None]
     ) -> None:
         try:
-            consumer = self._connect()
+            consumer = self.consumer = self._connect()
             try:
                 self._attach(consumer)
                 trio.from_thread.run_sync(task_status.started)
@@ -471,6 +472,15 @@ class KafkaSource:
         """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""
         return self._thread.held
 
+    def group_metadata(self) -> object:
+        """The consumer's group membership now (kafka-python's ``ConsumerGroupMetadata``: a
+        transaction that commits offsets with it is refused once this member has left the
+        group, KIP-447), or the group's id before the consumer connected."""
+        consumer = self._thread.consumer
+        if consumer is None or self._group_id is None:
+            return self._group_id
+        return consumer.group_metadata()
+
     def owner_urls(self) -> dict[int, str]:
         """``{partition: owner's URL}`` as the group shared it at the last rebalance (empty
         with an explicit assignment)."""
@@ -530,6 +540,7 @@ async def open_kafka_source(
     advertised_url: str | None = None,
     group_instance_id: str | None = None,
     metadata_max_age_ms: int = 5_000,
+    read_committed: bool = False,
 ) -> AsyncIterator[KafkaSource]:
     """Consume ``topics`` in a dedicated thread; yield a ``KafkaSource`` while it runs.
 
@@ -554,6 +565,8 @@ async def open_kafka_source(
         group_instance_id: static membership (KIP-345) in the group.
         metadata_max_age_ms: how old the topics' metadata may get before it is asked for again
             (how soon a partition added to a topic is seen: ``partition_count``).
+        read_committed: read only records of committed transactions (and every record written
+            outside one), as a transactional service does.
 
     Raises:
         UsageError: inconsistent arguments (the message names the argument).
@@ -565,6 +578,7 @@ async def open_kafka_source(
     kwargs["heartbeat_interval_ms"] = max(100, session_timeout_ms // 3)
     kwargs["bootstrap_timeout_ms"] = connect_timeout_ms
     kwargs["metadata_max_age_ms"] = metadata_max_age_ms
+    kwargs["isolation_level"] = "read_committed" if read_committed else "read_uncommitted"
     # The co-partitioned assignor whenever partitions are held (see its module).
     assignor = CoPartitionedAssignor(advertised_url) if assignment is None and hold else None
     if assignor is not None:

@@ -7,6 +7,11 @@ refused it. A :class:`Transport` opens both. The kafka-python implementation is
 :class:`KafkaTransport`; tests use an in-memory one that can fail on cue (a send refused, a
 delivery that fails, a commit that fails), so every crash point can be tried under virtual time.
 
+In transactional delivery (:class:`Transactions`) the service writes instead, per input
+partition, one transaction at a time: its journal record, the callbacks and dead letters that
+record released, and the input offsets it reached, all visible to ``read_committed`` readers at
+its commit, or none of them.
+
 Errors of a sink are per record, never per topic or per batch: a refused record cannot take any
 other record with it. A :class:`SendFailure` says whether retrying can help (``retriable``: a
 timeout, a leader change, a broker away) or not (a record too large, a topic that does not
@@ -22,14 +27,20 @@ from typing import Protocol
 
 import trio
 
+from purgatory._core import TransportError
+
 __all__ = [
     "ConsumedRecord",
     "Delivery",
     "LogReader",
     "OutRecord",
+    "ProducerFencedError",
+    "RecordRefusedError",
     "RecordSink",
     "RecordSource",
     "SendFailure",
+    "TransactionAbortedError",
+    "Transactions",
     "Transport",
 ]
 
@@ -69,6 +80,27 @@ class SendFailure:
 
     reason: str
     retriable: bool
+
+
+class ProducerFencedError(TransportError):
+    """Another producer took the partition's transactional id (a newer owner called
+    ``init_transactions``): this one may write nothing more there."""
+
+
+class TransactionAbortedError(TransportError):
+    """The transaction was aborted (a send failed and may succeed later, the transaction's
+    timeout passed, the broker was away): nothing of it is visible; it may be tried again."""
+
+
+class RecordRefusedError(TransactionAbortedError):
+    """The transaction was aborted because the broker refused one of its records for good
+    (``index`` in the records handed over: too large, its topic does not exist); the others
+    may be tried again without it."""
+
+    def __init__(self, index: int, failure: SendFailure) -> None:
+        super().__init__(f"record {index} refused: {failure.reason}")
+        self.index = index
+        self.failure = failure
 
 
 class Delivery(Protocol):
@@ -156,6 +188,49 @@ class RecordSource(Protocol):
         its resumes so far)."""
         ...
 
+    def group_metadata(self) -> object:
+        """What a transaction needs to commit this source's offsets for its group (opaque:
+        kafka-python's ``ConsumerGroupMetadata``, or the group's id)."""
+        ...
+
+
+class Transactions(Protocol):
+    """One transactional producer per input partition (transactional delivery)."""
+
+    async def open(self, partition: int) -> None:
+        """Take ``partition``'s transactional id: every earlier producer of it (another
+        replica, a paused zombie, this process before a crash) is fenced, and whatever it left
+        open is aborted, before this returns.
+
+        Raises:
+            TransportError: the broker cannot do transactions, or could not be reached.
+        """
+        ...
+
+    async def commit(
+        self,
+        partition: int,
+        records: Sequence[OutRecord],
+        offsets: Mapping[tuple[str, int], int],
+    ) -> list[int | None]:
+        """Write ``records`` and commit ``offsets`` (``{(topic, partition): next offset}``,
+        for the source's group) in one transaction of ``partition``'s producer.
+
+        Returns:
+            The offset each record was written at (None: not known).
+
+        Raises:
+            ProducerFencedError: another producer took the transactional id.
+            RecordRefusedError: a record was refused for good; nothing was written.
+            TransactionAbortedError: nothing was written; trying again may succeed.
+            TransportError: the producer failed for good.
+        """
+        ...
+
+    async def close(self, partition: int) -> None:
+        """Let ``partition``'s producer go (the partition left this replica)."""
+        ...
+
 
 class LogReader(Protocol):
     """Reads one partition of a topic from an offset to its end (a changelog, at restore)."""
@@ -202,6 +277,16 @@ class Transport(Protocol):
         """A sink; on exit it has handed over every record sent to it."""
         ...
 
-    def open_reader(self) -> AbstractAsyncContextManager[LogReader]:
-        """A reader of whole partitions (the changelog)."""
+    def open_reader(
+        self, *, read_committed: bool = False
+    ) -> AbstractAsyncContextManager[LogReader]:
+        """A reader of whole partitions (the changelog): of every record written, or
+        (``read_committed``) of those whose transaction committed, to the last stable offset."""
+        ...
+
+    def open_transactions(
+        self, *, id_prefix: str, group_metadata: Callable[[], object]
+    ) -> AbstractAsyncContextManager[Transactions]:
+        """Transactional producers, ``{id_prefix}-{partition}`` each, committing offsets for
+        the group ``group_metadata()`` describes (the source's)."""
         ...

@@ -1,0 +1,319 @@
+"""Transactional producers over kafka-python, one per input partition (service layer: Kafka).
+
+:class:`KafkaTransactions` implements :class:`~purgatory.service.kafka.transport.Transactions`.
+Partition ``p``'s producer has the transactional id ``{id_prefix}-{p}``: the same on every
+replica and across restarts, so whoever takes the partition next fences whoever had it
+(``init_transactions`` bumps the id's epoch; the broker refuses every later call of the older
+producer with ``ProducerFencedError``, and aborts what it left open).
+
+Each :meth:`KafkaTransactions.commit` runs one transaction in a worker thread: begin, send every
+record, ``send_offsets_to_transaction`` with the source's group metadata (KIP-447: a member that
+left the group cannot commit either), commit. kafka-python's transactional calls block, so each
+partition's transaction takes a thread while it runs; the changelog runs the partitions of one
+group commit side by side.
+
+Failures are sorted for the caller: a fenced producer is let go (``ProducerFencedError``); a
+record refused for good (larger than the broker takes, a ``reply_to`` topic that does not exist)
+aborts the transaction and says which (``RecordRefusedError``); anything else aborts it and may
+succeed if tried again (``TransactionAbortedError``). A producer that cannot even abort is
+replaced by a new one of the same id before the next try (its ``init_transactions`` aborts what
+the old one left open).
+
+:func:`check_transactions` is the start-time probe: two producers of one probe id, the older
+must be fenced. A broker that cannot do that (the embedded development broker accepts the calls
+but fences nobody) fails the start with a clear error instead of a silent downgrade.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from kafka import KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.structs import OffsetAndMetadata
+
+from purgatory._core import ConfigError, TransportError
+from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
+from purgatory.service.kafka.transport import (
+    OutRecord,
+    ProducerFencedError,
+    RecordRefusedError,
+    SendFailure,
+    TransactionAbortedError,
+)
+from purgatory.service.telemetry.logging import get_logger
+
+__all__ = ["KafkaTransactions", "check_transactions", "open_kafka_transactions"]
+
+_log = get_logger()
+
+#: kafka-python's errors that mean another producer took the transactional id.
+_FENCED = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
+
+
+class KafkaTransactions:
+    """One transactional producer per partition (see the module docstring).
+
+    Args:
+        config: how to reach the brokers.
+        id_prefix: partition ``p``'s transactional id is ``{id_prefix}-{p}``.
+        group_metadata: the source's group metadata, read at each commit.
+        transaction_timeout_ms: how long the broker lets a transaction stay open before it
+            aborts it (a producer that stopped mid-transaction holds readers back this long).
+        max_request_bytes: the largest record a producer sends.
+        metadata_timeout_ms: how long a send waits for a topic's metadata (a topic that does
+            not exist fails the record for good after this).
+    """
+
+    def __init__(
+        self,
+        config: KafkaClientConfig,
+        *,
+        id_prefix: str,
+        group_metadata: Callable[[], object],
+        transaction_timeout_ms: int = 60_000,
+        max_request_bytes: int = 1_048_576,
+        metadata_timeout_ms: int = 5_000,
+    ) -> None:
+        self._config = config
+        self._id_prefix = id_prefix
+        self._group_metadata = group_metadata
+        self._kwargs = config.kafka_kwargs() | {
+            **no_topic_creation(),
+            "acks": "all",
+            "linger_ms": 0,
+            "transaction_timeout_ms": transaction_timeout_ms,
+            "max_request_size": max_request_bytes,
+            "max_block_ms": metadata_timeout_ms,
+        }
+        self._producers: dict[int, Any] = {}
+        self._broken: set[int] = set()  # could not abort: replaced before the next try
+        self._lock = threading.Lock()
+
+    def transactional_id(self, partition: int) -> str:
+        """Partition ``partition``'s transactional id."""
+        return f"{self._id_prefix}-{partition}"
+
+    async def open(self, partition: int) -> None:
+        """Take the partition's transactional id (fencing every earlier producer of it)."""
+        old = self._producers.pop(partition, None)
+        if old is not None:
+            await trio.to_thread.run_sync(_close, old, abandon_on_cancel=True)
+        producer = await trio.to_thread.run_sync(
+            self._init, self.transactional_id(partition), abandon_on_cancel=True
+        )
+        self._producers[partition] = producer
+        self._broken.discard(partition)
+
+    async def commit(
+        self,
+        partition: int,
+        records: Sequence[OutRecord],
+        offsets: Mapping[tuple[str, int], int],
+    ) -> list[int | None]:
+        """One transaction of ``partition``'s producer: ``records``, then ``offsets``."""
+        if partition in self._broken:
+            await self.open(partition)
+        producer = self._producers.get(partition)
+        if producer is None:
+            raise ProducerFencedError(f"partition {partition} has no open transactional producer")
+        try:
+            return await trio.to_thread.run_sync(
+                self._commit, producer, records, dict(offsets), abandon_on_cancel=True
+            )
+        except ProducerFencedError:
+            self._producers.pop(partition, None)
+            await trio.to_thread.run_sync(_close, producer, abandon_on_cancel=True)
+            raise
+        except TransactionAbortedError as exc:
+            if getattr(exc, "broken", False):
+                self._broken.add(partition)
+            raise
+
+    async def close(self, partition: int) -> None:
+        """Let the partition's producer go."""
+        self._broken.discard(partition)
+        producer = self._producers.pop(partition, None)
+        if producer is not None:
+            await trio.to_thread.run_sync(_close, producer, abandon_on_cancel=True)
+
+    async def aclose(self) -> None:
+        """Let every producer go."""
+        for partition in sorted(self._producers):
+            await self.close(partition)
+
+    # -- in worker threads -----------------------------------------------------------------
+
+    def _init(self, transactional_id: str) -> Any:
+        try:
+            producer = KafkaProducer(**self._kwargs, transactional_id=transactional_id)
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot reach Kafka at {self._kwargs['bootstrap_servers']}: {exc}"
+            ) from exc
+        try:
+            producer.init_transactions()
+        except KafkaError as exc:
+            _close(producer)
+            raise TransportError(
+                f"init_transactions for {transactional_id!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return producer
+
+    def _commit(
+        self, producer: Any, records: Sequence[OutRecord], offsets: dict[tuple[str, int], int]
+    ) -> list[int | None]:
+        futures: list[Any] = []
+        try:
+            producer.begin_transaction()
+            for index, record in enumerate(records):
+                try:
+                    futures.append(
+                        producer.send(
+                            record.topic, record.value, key=record.key, partition=record.partition
+                        )
+                    )
+                except KafkaTimeoutError as exc:  # no metadata: the topic does not exist
+                    raise _RefusedError(index, f"topic {record.topic!r}: {exc}") from exc
+                except KafkaError as exc:
+                    if getattr(exc, "retriable", False):
+                        raise
+                    raise _RefusedError(index, f"{type(exc).__name__}: {exc}") from exc
+            if offsets:
+                producer.send_offsets_to_transaction(
+                    {
+                        TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                        for (t, p), o in offsets.items()
+                    },
+                    self._group_metadata(),
+                )
+            producer.commit_transaction()
+        except _RefusedError as refused:
+            self._abort(producer, refused)
+            raise RecordRefusedError(refused.index, refused.failure) from refused
+        except KafkaError as exc:
+            if type(exc).__name__ in _FENCED:
+                raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
+            refused_at = _refused_index(futures)
+            if refused_at is not None:
+                self._abort(producer, exc)
+                raise RecordRefusedError(refused_at, _future_failure(futures[refused_at])) from exc
+            self._abort(producer, exc)
+            raise TransactionAbortedError(f"{type(exc).__name__}: {exc}") from exc
+        return [future.value.offset if future.succeeded() else None for future in futures]
+
+    @staticmethod
+    def _abort(producer: Any, cause: BaseException) -> None:
+        try:
+            producer.abort_transaction()
+        except KafkaError as exc:
+            if type(exc).__name__ in _FENCED:
+                raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
+            error = TransactionAbortedError(f"abort after {cause!r} failed: {exc}")
+            error.broken = True  # type: ignore[attr-defined]
+            raise error from exc
+
+
+class _RefusedError(Exception):
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.failure = SendFailure(reason, retriable=False)
+
+
+def _refused_index(futures: Sequence[Any]) -> int | None:
+    """The first record the broker refused for good (None: none was, or none is known)."""
+    for index, future in enumerate(futures):
+        if future.is_done and future.failed():
+            exc = future.exception
+            if not getattr(exc, "retriable", False) and type(exc).__name__ not in _FENCED:
+                return index
+    return None
+
+
+def _future_failure(future: Any) -> SendFailure:
+    exc = future.exception
+    return SendFailure(f"{type(exc).__name__}: {exc}", retriable=False)
+
+
+def _close(producer: Any) -> None:
+    try:
+        producer.close(timeout=2)
+    except Exception as exc:  # a producer that cannot close is let go
+        _log.debug("transactional_producer_close_failed", error=repr(exc))
+
+
+@asynccontextmanager
+async def open_kafka_transactions(
+    config: KafkaClientConfig,
+    *,
+    id_prefix: str,
+    group_metadata: Callable[[], object],
+    transaction_timeout_ms: int = 60_000,
+    max_request_bytes: int = 1_048_576,
+) -> AsyncIterator[KafkaTransactions]:
+    """:class:`KafkaTransactions`; every producer is closed on leaving."""
+    transactions = KafkaTransactions(
+        config,
+        id_prefix=id_prefix,
+        group_metadata=group_metadata,
+        transaction_timeout_ms=transaction_timeout_ms,
+        max_request_bytes=max_request_bytes,
+    )
+    try:
+        yield transactions
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            await transactions.aclose()
+
+
+async def check_transactions(
+    config: KafkaClientConfig, *, transactional_id: str, timeout_s: float = 20.0
+) -> None:
+    """Check that the broker does transactions: two producers of ``transactional_id``, and the
+    older one's next transaction must be fenced. Writes no record (its transaction holds only
+    an empty offset commit for the group ``{transactional_id}``).
+
+    Raises:
+        ConfigError: the broker cannot do it (with what happened instead).
+    """
+    result: list[str] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        kwargs = config.kafka_kwargs() | {"max_block_ms": int(timeout_s * 1000 / 2)}
+        older = newer = None
+        try:
+            older = KafkaProducer(**kwargs, transactional_id=transactional_id)
+            older.init_transactions()
+            newer = KafkaProducer(**kwargs, transactional_id=transactional_id)
+            newer.init_transactions()
+            older.begin_transaction()
+            older.send_offsets_to_transaction({}, transactional_id)
+            older.commit_transaction()
+            result.append("an older producer of a transactional id was not fenced")
+        except KafkaError as exc:
+            if type(exc).__name__ not in _FENCED:
+                result.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            done.set()
+            for producer in (older, newer):
+                if producer is not None:
+                    _close(producer)
+
+    threading.Thread(target=probe, name="purgatory-transactions-probe", daemon=True).start()
+    with trio.move_on_after(timeout_s):
+        while not done.is_set():
+            await trio.sleep(0.05)
+    if not done.is_set():
+        result.append(f"no answer within {timeout_s:.0f} s (an older producer was not fenced)")
+    if result:
+        raise ConfigError(
+            f"PURGATORY_DELIVERY=transactional, but the broker at {config.bootstrap_servers}"
+            f" cannot do Kafka transactions: {result[0]}. Use an Apache Kafka broker (2.5 or"
+            " later), or PURGATORY_DELIVERY=acknowledged (at-least-once, de-duplicated by id)."
+        )
