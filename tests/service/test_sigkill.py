@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -118,7 +119,7 @@ class Callback:
 class Child:
     """``purgatory serve`` as a child process; each incarnation logs to a file of its own."""
 
-    def __init__(self, settings: Settings, logs: Path) -> None:
+    def __init__(self, settings: Settings, logs: Path, *, transactional: bool = False) -> None:
         self.url = f"http://127.0.0.1:{settings.http_port}"
         self.port = settings.http_port
         self._logs = logs
@@ -128,6 +129,7 @@ class Child:
             "PURGATORY_KAFKA_STATIC_PARTITIONS": ",".join(str(p) for p in range(PARTITIONS)),
             "PURGATORY_HTTP_PORT": str(settings.http_port),
             "PURGATORY_KAFKA_GROUP_ID": settings.kafka_group_id,
+            "PURGATORY_DELIVERY": "transactional" if transactional else "acknowledged",
             # Snapshots often, so restores also start from a snapshot and replay its tail.
             "PURGATORY_SNAPSHOT_INTERVAL_MS": str(SNAPSHOT_INTERVAL_MS),
             **{  # every topic of this test's own (requests, ..., changelog, snapshots)
@@ -430,9 +432,12 @@ class Background:
 class CallbackReader:
     """Reads the callbacks topic from its start, on demand, up to its real end."""
 
-    def __init__(self, broker: Broker, topic: str) -> None:
+    def __init__(self, broker: Broker, topic: str, *, read_committed: bool = False) -> None:
+        self._read_committed = read_committed
         self._consumer = KafkaConsumer(
-            bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False
+            bootstrap_servers=broker.bootstrap_servers,
+            enable_auto_commit=False,
+            isolation_level="read_committed" if read_committed else "read_uncommitted",
         )
         self._parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         self._consumer.assign(self._parts)
@@ -449,9 +454,10 @@ class CallbackReader:
 
     def at_end(self) -> bool:
         """At the high watermark of every partition (from fetch responses: Tansu's ListOffsets
-        lags)."""
+        lags); reading committed, at the last stable offset (ListOffsets for read_committed)."""
+        stable = self._consumer.end_offsets(self._parts) if self._read_committed else {}
         for tp in self._parts:
-            highwater = self._consumer.highwater(tp)
+            highwater = stable.get(tp, self._consumer.highwater(tp))
             if highwater is None or self._consumer.position(tp) < highwater:
                 return False
         return True
@@ -537,9 +543,23 @@ def _scopes() -> list[str]:
 def test_sigkill_under_load_loses_nothing_acknowledged_and_decides_nothing_twice(
     kafka_broker: Broker, tmp_path: Path
 ) -> None:
+    _sigkill_loop(kafka_broker, tmp_path, transactional=False)
+
+
+def test_sigkill_in_transactional_delivery_leaves_exactly_one_committed_callback_each(
+    apache_kafka: Broker, tmp_path: Path
+) -> None:
+    """The same loop with ``PURGATORY_DELIVERY=transactional`` on Apache Kafka: a
+    ``read_committed`` reader sees one callback per operation, not one more."""
+    _sigkill_loop(apache_kafka, tmp_path, transactional=True)
+
+
+def _sigkill_loop(
+    kafka_broker: Broker, tmp_path: Path, *, transactional: bool
+) -> None:
     began = time.perf_counter()
     settings = _settings(kafka_broker)
-    child = Child(settings, tmp_path)
+    child = Child(settings, tmp_path, transactional=transactional)
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap_servers, acks="all")
     load = Load(settings, producer, _scopes())
     downs: list[tuple[int, int]] = []  # (killed_ms, next spawn ms) per kill
@@ -666,7 +686,9 @@ def test_sigkill_under_load_loses_nothing_acknowledged_and_decides_nothing_twice
         load.kafka_signal([op for op in rest if op.via == "kafka"])
         assert not load.unsignalled()
 
-        reader = CallbackReader(kafka_broker, settings.topic_callbacks)
+        reader = CallbackReader(
+            kafka_broker, settings.topic_callbacks, read_committed=transactional
+        )
         expected = set(load.acked)
         missing = reader.wait_for(expected, timeout_s=30)
         assert not missing, f"no callback for {sorted(missing)[:10]}\n{child.log_tail()}"
@@ -678,12 +700,15 @@ def test_sigkill_under_load_loses_nothing_acknowledged_and_decides_nothing_twice
         if reader is not None:
             reader.close()
 
-    final = CallbackReader(kafka_broker, settings.topic_callbacks)
+    final = CallbackReader(kafka_broker, settings.topic_callbacks, read_committed=transactional)
     try:
         final.read_to_end(timeout_s=20)
     finally:
         final.close()
     _check(load, final.records, downs, readies, time.perf_counter() - began)
+    if transactional:  # exactly once: not even an exact repeat
+        copies = Counter(cb.ident for cb in final.records)
+        assert all(n == 1 for n in copies.values()), copies.most_common(5)
 
 
 def _check(
