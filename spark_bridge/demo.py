@@ -110,7 +110,10 @@ def run_pipeline(show: Callable[[str], None] = print, *, broker: str = "tansu") 
             die_with_parent=True,
         ) as child:
             url = child.url
-            show(f"service: {url} (log {work / 'service.log'})")
+            show(
+                f"service: {url}, delivery acknowledged: at least once, the jobs drop repeats"
+                f" by id (log {work / 'service.log'})"
+            )
             spark = local_session(app_name="purgatory-demo")
             show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")
             try:

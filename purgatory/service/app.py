@@ -470,6 +470,9 @@ class Service:
             done = True
         for partition in partitions:
             self.state.forget_acked(partition)
+        if isinstance(self.changelog, TransactionalChangelog):
+            for partition in sorted(taken_partitions):
+                await self.changelog.close_partition(partition)
         _log.info("partitions_handed_over", partitions=partitions, complete=done)
 
     def _owner_url(self, partition: int) -> str | None:

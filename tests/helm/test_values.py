@@ -55,6 +55,9 @@ CHART_DEFAULTS = {
     "kafka_bootstrap_servers": "kafka:9092",
     "max_pending": 500_000,
     "max_pending_per_scope": 100_000,  # the service's tenth of max_pending, and at most it
+    # The chart runs against the users' Apache Kafka: exactly once. The service's own default
+    # (acknowledged) is the one every broker can do, the embedded development broker included.
+    "delivery": "transactional",
 }
 # Memory a pending operation takes, engine and service included: 902 B measured with 1M pending
 # (README, performance), rounded up.

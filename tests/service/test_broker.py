@@ -171,8 +171,10 @@ def test_sigkill_of_purgatory_dev_takes_its_broker_down(tmp_path: Path) -> None:
     owner = _run_owner([*argv, "--host", "127.0.0.1", "--port", str(free_port())], out)
     brokers: list[int] = []
     try:
-        started = _poll(lambda: b"purgatory dev: broker" in out.read_bytes(), 30.0)
+        started = _poll(lambda: b"delivery acknowledged" in out.read_bytes(), 30.0)
         assert started and owner.poll() is None, out.read_text(errors="replace")
+        assert b"purgatory dev: broker" in out.read_bytes()  # and says what it delivers:
+        assert b"at least once (after a crash, consumers drop repeats by id)" in out.read_bytes()
         brokers = _children(owner.pid, b"tansu")
         assert len(brokers) == 1 and not _dead(brokers[0])
         _kill_owner_and_check(owner, brokers)

@@ -69,6 +69,16 @@ def test_without_kafkas_jars_dev_names_make_kafka_and_exits_2(
     assert not data.exists()  # refused before anything was written
 
 
+def test_transactional_delivery_on_the_embedded_broker_is_refused_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PURGATORY_DELIVERY", "transactional")
+    assert main(["dev", "--port", str(free_port())]) == 2
+    err = _one_line_error(capsys)
+    assert "PURGATORY_DELIVERY=transactional needs Apache Kafka" in err
+    assert "--broker kafka" in err
+
+
 def test_the_flag_wins_over_the_variable_and_tansu_is_the_default() -> None:
     assert dev_broker_kind(None, {}) == "tansu"
     assert dev_broker_kind(None, {DEV_BROKER_ENV: "kafka"}) == "kafka"

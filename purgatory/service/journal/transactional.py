@@ -26,7 +26,8 @@ What changes from the acknowledged journal
   visible, nothing it decided is released, and the partition is dropped as a fenced one is
   (``on_fenced``). Offsets are not compared (transaction markers take offsets too).
 * **Refused records.** A record refused for good (larger than the broker takes, a ``reply_to``
-  topic that does not exist) aborts the transaction; it is replaced by its dead letter
+  topic whose metadata the producer cannot get) aborts the transaction; it is replaced by its
+  dead letter
   (``undeliverable``) and the transaction is tried again at once, so one bad destination cannot
   hold its partition. There is no ``reply_to_timeout_ms`` window: a ``reply_to`` topic must
   exist when the outcome is released. A journal record, or a record to the service's own
@@ -116,6 +117,11 @@ class TransactionalChangelog(Changelog):
         the end of what was committed)."""
         await self._transactions.open(partition)
 
+    async def close_partition(self, partition: int) -> None:
+        """``partition`` left this replica: let its producer go (its next owner fences it
+        anyway; closing frees the connection now)."""
+        await self._transactions.close(partition)
+
     def expect(self, partition: int, offset: int) -> None:
         """This writer serves ``partition`` again (a fence is lifted); offsets are not
         checked (the broker fences by producer epoch)."""
@@ -178,7 +184,13 @@ class TransactionalChangelog(Changelog):
                 )
                 return
             except RecordRefusedError as exc:
-                records[exc.index] = self._refused(records, exc)
+                if not (exc.failure.retriable and self._own(records, exc.index)):
+                    records[exc.index] = self._refused(records, exc)
+                    continue
+                self._counts["retries"] += 1  # no metadata for an own topic: the broker away
+                _log.warning("transaction_retry", partition=partition, reason=str(exc))
+                await trio.sleep(RETRY.delay_s(attempt))
+                attempt += 1
             except TransactionAbortedError as exc:
                 self._counts["retries"] += 1
                 _log.warning("transaction_retry", partition=partition, reason=str(exc))
@@ -224,11 +236,16 @@ class TransactionalChangelog(Changelog):
                 finally:
                     done.set()
 
+    def _own(self, records: list[OutRecord], index: int) -> bool:
+        """Whether ``records[index]`` is the journal record or goes to the service's own
+        topics."""
+        return index == 0 or records[index].topic in self._own_topics
+
     def _refused(self, records: list[OutRecord], exc: RecordRefusedError) -> OutRecord:
         """The dead letter of a record refused for good; a journal record, or one to the
         service's own topics, refused for good fails the journal."""
         record = records[exc.index]
-        if exc.index == 0 or record.topic in self._own_topics:
+        if self._own(records, exc.index):
             raise TransportError(
                 f"topic {record.topic!r} refused a record for good: {exc.failure.reason}"
             )

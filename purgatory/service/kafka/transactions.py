@@ -12,12 +12,15 @@ left the group cannot commit either), commit. kafka-python's transactional calls
 partition's transaction takes a thread while it runs; the changelog runs the partitions of one
 group commit side by side.
 
-Failures are sorted for the caller: a fenced producer is let go (``ProducerFencedError``); a
+Failures are sorted for the caller: a fenced producer is let go (``ProducerFencedError``, also
+when the broker refuses the offsets because the consumer group moved on without this member:
+its partitions are another member's now); a
 record refused for good (larger than the broker takes, a ``reply_to`` topic that does not exist)
 aborts the transaction and says which (``RecordRefusedError``); anything else aborts it and may
 succeed if tried again (``TransactionAbortedError``). A producer that cannot even abort is
-replaced by a new one of the same id before the next try (its ``init_transactions`` aborts what
-the old one left open).
+reported fenced: it is never initialized again under the same engine state (that would fence
+the partition's new owner and commit what a stale state decided); the partition is restored
+first, and its restore takes the transactional id anew.
 
 :func:`check_transactions` is the start-time probe: two producers of one probe id, the older
 must be fenced. A broker that cannot do that (the embedded development broker accepts the calls
@@ -26,6 +29,7 @@ but fences nobody) fails the start with a clear error instead of a silent downgr
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -53,6 +57,28 @@ _log = get_logger()
 
 #: kafka-python's errors that mean another producer took the transactional id.
 _FENCED = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
+#: ... and those that mean the consumer group moved on without this member (KIP-447: the
+#: offsets of a transaction carry the member's generation): its partitions are another's now.
+_LEFT_GROUP = frozenset(
+    {
+        "CommitFailedError",
+        "UnknownMemberIdError",
+        "IllegalGenerationError",
+        "FencedInstanceIdError",
+    }
+)
+#: Errors of one record that no retry can help (the others abort the whole transaction).
+_RECORD_REFUSED = frozenset(
+    {
+        "MessageSizeTooLargeError",
+        "RecordTooLargeError",
+        "InvalidRecordError",
+        "CorruptRecordError",
+        "UnknownTopicOrPartitionError",
+        "TopicAuthorizationFailedError",
+        "InvalidTopicError",
+    }
+)
 
 
 class KafkaTransactions:
@@ -91,7 +117,6 @@ class KafkaTransactions:
             "max_block_ms": metadata_timeout_ms,
         }
         self._producers: dict[int, Any] = {}
-        self._broken: set[int] = set()  # could not abort: replaced before the next try
         self._lock = threading.Lock()
 
     def transactional_id(self, partition: int) -> str:
@@ -107,7 +132,6 @@ class KafkaTransactions:
             self._init, self.transactional_id(partition), abandon_on_cancel=True
         )
         self._producers[partition] = producer
-        self._broken.discard(partition)
 
     async def commit(
         self,
@@ -116,8 +140,6 @@ class KafkaTransactions:
         offsets: Mapping[tuple[str, int], int],
     ) -> list[int | None]:
         """One transaction of ``partition``'s producer: ``records``, then ``offsets``."""
-        if partition in self._broken:
-            await self.open(partition)
         producer = self._producers.get(partition)
         if producer is None:
             raise ProducerFencedError(f"partition {partition} has no open transactional producer")
@@ -129,14 +151,9 @@ class KafkaTransactions:
             self._producers.pop(partition, None)
             await trio.to_thread.run_sync(_close, producer, abandon_on_cancel=True)
             raise
-        except TransactionAbortedError as exc:
-            if getattr(exc, "broken", False):
-                self._broken.add(partition)
-            raise
 
     async def close(self, partition: int) -> None:
         """Let the partition's producer go."""
-        self._broken.discard(partition)
         producer = self._producers.pop(partition, None)
         if producer is not None:
             await trio.to_thread.run_sync(_close, producer, abandon_on_cancel=True)
@@ -177,10 +194,11 @@ class KafkaTransactions:
                             record.topic, record.value, key=record.key, partition=record.partition
                         )
                     )
-                except KafkaTimeoutError as exc:  # no metadata: the topic does not exist
-                    raise _RefusedError(index, f"topic {record.topic!r}: {exc}") from exc
+                except KafkaTimeoutError as exc:  # no metadata: missing, or the broker away
+                    reason = f"no metadata for topic {record.topic!r} (does it exist?): {exc}"
+                    raise _RefusedError(index, reason, retriable=True) from exc
                 except KafkaError as exc:
-                    if getattr(exc, "retriable", False):
+                    if type(exc).__name__ not in _RECORD_REFUSED:
                         raise
                     raise _RefusedError(index, f"{type(exc).__name__}: {exc}") from exc
             if offsets:
@@ -196,8 +214,14 @@ class KafkaTransactions:
             self._abort(producer, refused)
             raise RecordRefusedError(refused.index, refused.failure) from refused
         except KafkaError as exc:
-            if type(exc).__name__ in _FENCED:
+            if _fenced(exc):
                 raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
+            if type(exc).__name__ in _LEFT_GROUP:
+                with contextlib.suppress(KafkaError):
+                    producer.abort_transaction()
+                raise ProducerFencedError(
+                    f"the consumer group moved on without this member: {type(exc).__name__}: {exc}"
+                ) from exc
             refused_at = _refused_index(futures)
             if refused_at is not None:
                 self._abort(producer, exc)
@@ -208,30 +232,42 @@ class KafkaTransactions:
 
     @staticmethod
     def _abort(producer: Any, cause: BaseException) -> None:
+        """Abort the open transaction. A producer that cannot abort (fenced, or in a fatal
+        state) is never initialized again under the same engine state: that would fence the
+        partition's new owner and commit decisions made on a stale state. It is reported
+        fenced instead, and the partition is restored before it is written again."""
         try:
             producer.abort_transaction()
         except KafkaError as exc:
-            if type(exc).__name__ in _FENCED:
-                raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
-            error = TransactionAbortedError(f"abort after {cause!r} failed: {exc}")
-            error.broken = True  # type: ignore[attr-defined]
-            raise error from exc
+            raise ProducerFencedError(
+                f"the transaction could not be aborted after {type(cause).__name__}:"
+                f" {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` says another producer took the transactional id (kafka-python also
+    wraps that in a plain ``KafkaError`` once the producer is in its error state)."""
+    if type(exc).__name__ in _FENCED:
+        return True
+    return any(isinstance(arg, BaseException) and _fenced(arg) for arg in exc.args) or any(
+        name in str(exc) for name in _FENCED
+    )
 
 
 class _RefusedError(Exception):
-    def __init__(self, index: int, reason: str) -> None:
+    def __init__(self, index: int, reason: str, *, retriable: bool = False) -> None:
         super().__init__(reason)
         self.index = index
-        self.failure = SendFailure(reason, retriable=False)
+        self.failure = SendFailure(reason, retriable=retriable)
 
 
 def _refused_index(futures: Sequence[Any]) -> int | None:
     """The first record the broker refused for good (None: none was, or none is known)."""
     for index, future in enumerate(futures):
-        if future.is_done and future.failed():
-            exc = future.exception
-            if not getattr(exc, "retriable", False) and type(exc).__name__ not in _FENCED:
-                return index
+        failed = future.is_done and future.failed()
+        if failed and type(future.exception).__name__ in _RECORD_REFUSED:
+            return index
     return None
 
 
@@ -272,7 +308,7 @@ async def open_kafka_transactions(
 
 
 async def check_transactions(
-    config: KafkaClientConfig, *, transactional_id: str, timeout_s: float = 20.0
+    config: KafkaClientConfig, *, transactional_id: str, timeout_s: float = 10.0
 ) -> None:
     """Check that the broker does transactions: two producers of ``transactional_id``, and the
     older one's next transaction must be fenced. Writes no record (its transaction holds only
