@@ -46,6 +46,12 @@ Options (all strings, names case-insensitive; an unknown option is an error that
 * ``starting_offsets``: ``earliest`` (default), ``latest``, or a JSON object
   ``{"0": 42, ...}`` (partitions left out start at their earliest offset); a restarted
   streaming query ignores it and resumes from its checkpoint;
+* ``isolation_level``: ``read_uncommitted`` (default) or ``read_committed``: read only
+  records of committed transactions. Set it when the service runs with
+  ``PURGATORY_DELIVERY=transactional``: each outcome is then read exactly once and ``dedupe``
+  has nothing to drop. Each partition's end is then its last stable offset, as Kafka's
+  ListOffsets reports it for ``read_committed`` (exact on Apache Kafka, the only broker whose
+  transactions the service uses), not the probe described above;
 * ``on_malformed``: ``fail`` (default: the read fails with an error naming the topic, partition
   and offset) or ``skip`` (undecodable records and tombstones are dropped);
 * ``max_records_per_trigger``: at most this many records per micro-batch (streaming), shared
@@ -139,6 +145,7 @@ _OPTIONS = frozenset(
         "scope",
         "starting_offsets",
         "on_malformed",
+        "isolation_level",
         "connect_timeout_ms",
         "probe_timeout_ms",
         "read_timeout_ms",
@@ -169,6 +176,7 @@ class _Settings:
     read_timeout_ms: int
     max_records_per_trigger: int | None
     client: tuple[tuple[str, str | bool], ...]
+    read_committed: bool = False
 
 
 def _starting_offsets(text: str) -> str | dict[int, int]:
@@ -219,6 +227,12 @@ def _settings(options: Mapping[str, str]) -> _Settings:
         raise ConfigError(
             f"{_NAME}: option on_malformed must be fail or skip, got {on_malformed!r}"
         )
+    isolation = options.get("isolation_level", "read_uncommitted").strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise ConfigError(
+            f"{_NAME}: option isolation_level must be read_uncommitted or read_committed,"
+            f" got {isolation!r}"
+        )
     client: list[tuple[str, str | bool]] = list(client_options(options))
     if "ssl_check_hostname" in options:
         check = options["ssl_check_hostname"].strip().lower()
@@ -242,6 +256,7 @@ def _settings(options: Mapping[str, str]) -> _Settings:
             else None
         ),
         client=tuple(client),
+        read_committed=isolation == "read_committed",
     )
 
 
@@ -264,6 +279,7 @@ def _consumer(settings: _Settings) -> Any:
             auto_offset_reset="earliest",
             bootstrap_timeout_ms=settings.connect_timeout_ms,
             fetch_max_wait_ms=_FETCH_WAIT_MS,
+            isolation_level="read_committed" if settings.read_committed else "read_uncommitted",
             **dict(settings.client),
         )
     except KafkaError as e:
@@ -308,6 +324,8 @@ def _probe_ends(settings: _Settings, floors: Mapping[str, int]) -> _Offsets:
             tp: max(int(floors.get(str(tp.partition), first[tp])), int(listed[tp]), int(first[tp]))
             for tp in tps
         }
+        if settings.read_committed:  # ListOffsets' last stable offset: exact, and final
+            return {str(tp.partition): end for tp, end in ends.items()}
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, ends[tp])
@@ -441,10 +459,13 @@ def _read(settings: _Settings, work: _Range) -> Iterator[tuple[Any, ...]]:
         consumer.assign([tp])
         consumer.seek(tp, work.start)
         progress_ms = _now_ms()
-        while int(consumer.position(tp)) < work.end:
+        position = work.start
+        while position < work.end:
             records = consumer.poll(timeout_ms=_POLL_MS, max_records=2_000).get(tp, [])
-            if records:
+            moved = int(consumer.position(tp))  # past aborted records too, reading committed
+            if records or moved > position:
                 progress_ms = _now_ms()
+                position = moved
             elif _now_ms() - progress_ms > settings.read_timeout_ms:
                 raise TransportError(
                     f"{_NAME}: no record for {settings.read_timeout_ms} ms reading topic "

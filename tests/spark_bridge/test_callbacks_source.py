@@ -450,3 +450,55 @@ def test_max_records_per_trigger_reads_a_backlog_in_bounded_micro_batches(
     assert sizes == [100, 100, 50]
     rows = _written(source, tmp_path)
     assert sorted(row[:_RECORD] for row in rows) == sorted(_expected(o) for o in outcomes)
+
+
+def _transactions(
+    broker: Broker, topic: str, batches: Sequence[tuple[bool, list[Outcome]]]
+) -> None:
+    """Write each batch of callbacks in a transaction of its own, committed or aborted."""
+    from kafka import KafkaProducer  # noqa: PLC0415
+
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, transactional_id=f"t-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        producer.init_transactions()
+        for commit, outcomes in batches:
+            producer.begin_transaction()
+            for scope, value in _callbacks(outcomes):
+                producer.send(topic, key=scope.encode(), value=value)
+            producer.flush(timeout=30)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("kafka_broker", ["kafka"], indirect=True)
+def test_read_committed_reads_committed_transactions_alone_in_batch_and_stream(
+    source: SparkSession, kafka_broker: Broker, tmp_path: Path
+) -> None:
+    topic = _topic(kafka_broker)
+    outcomes = [_outcome(i, "abc"[i % 3]) for i in range(90)]
+    committed = outcomes[:40] + outcomes[60:]
+    _transactions(kafka_broker, topic, [(True, outcomes[:40]), (False, outcomes[40:60])])
+    _transactions(kafka_broker, topic, [(True, outcomes[60:])])
+
+    batch = _rows(_read(source, kafka_broker, topic, isolation_level="read_committed"))
+    assert sorted(row[:_RECORD] for row in batch) == sorted(_expected(o) for o in committed)
+    everything = _read(source, kafka_broker, topic)  # read_uncommitted: the aborted ones too
+    assert everything.count() == len(outcomes)
+
+    _run_available_now(source, kafka_broker, topic, tmp_path, isolation_level="read_committed")
+    streamed = _written(source, tmp_path)
+    assert sorted(row[:_RECORD] for row in streamed) == sorted(_expected(o) for o in committed)
+
+
+def test_isolation_level_must_be_one_of_kafkas_two() -> None:
+    with pytest.raises(ConfigError, match="option isolation_level must be read_uncommitted"):
+        _settings({"bootstrap_servers": "127.0.0.1:9092", "isolation_level": "committed"})
+    assert _settings(
+        {"bootstrap_servers": "127.0.0.1:9092", "isolation_level": "READ_COMMITTED"}
+    ).read_committed
