@@ -554,9 +554,7 @@ def test_sigkill_in_transactional_delivery_leaves_exactly_one_committed_callback
     _sigkill_loop(apache_kafka, tmp_path, transactional=True)
 
 
-def _sigkill_loop(
-    kafka_broker: Broker, tmp_path: Path, *, transactional: bool
-) -> None:
+def _sigkill_loop(kafka_broker: Broker, tmp_path: Path, *, transactional: bool) -> None:
     began = time.perf_counter()
     settings = _settings(kafka_broker)
     child = Child(settings, tmp_path, transactional=transactional)
