@@ -91,7 +91,7 @@ from purgatory.devtools.broker import Broker
 from purgatory.devtools.child import service_process
 from purgatory.devtools.dev_broker import open_dev_broker
 from purgatory.service.app import topics_of
-from purgatory.service.settings import Settings, env_name
+from purgatory.service.settings import Delivery, Settings, env_name
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
 __all__ = [
@@ -317,11 +317,19 @@ class ServiceProcess:
     ``/readyz`` answers 200); leaving sends SIGTERM and waits for the exit (killing it if it
     does not stop in time). ``journal`` is ``PURGATORY_JOURNAL``: with it (the default) the
     service journals every input to its changelog topic and ``serve`` starts a snapshotter
-    child process; without it the state is in memory only.
+    child process; without it the state is in memory only. ``delivery`` is
+    ``PURGATORY_DELIVERY`` (``acknowledged``, the default, or ``transactional``: Apache Kafka
+    only, and its callbacks are read ``read_committed``).
     """
 
     def __init__(
-        self, broker: Broker, *, partitions: int, log_dir: Path, journal: bool = True
+        self,
+        broker: Broker,
+        *,
+        partitions: int,
+        log_dir: Path,
+        journal: bool = True,
+        delivery: str = Delivery.ACKNOWLEDGED.value,
     ) -> None:
         prefix = f"b{uuid.uuid4().hex[:10]}"
         self.broker = broker
@@ -338,6 +346,7 @@ class ServiceProcess:
             topic_snapshots=f"{prefix}.snapshots",
             topic_partitions=partitions,
             journal=journal,
+            delivery=delivery,
             log_level="warning",
         )
         self.url = ""  # known once started (service_process picks a free port)
@@ -357,8 +366,8 @@ class ServiceProcess:
         return self._pid
 
     def environment(self) -> dict[str, str]:
-        """The child's settings, as ``PURGATORY_*`` variables (its topics, group, journal, log
-        level)."""
+        """The child's settings, as ``PURGATORY_*`` variables (its topics, group, journal,
+        delivery, log level)."""
         s = self.settings
         names = (
             "kafka_group_id",
@@ -372,6 +381,7 @@ class ServiceProcess:
         )
         env = {env_name(name): str(getattr(s, name)) for name in names}
         env[env_name("journal")] = "true" if s.journal else "false"
+        env[env_name("delivery")] = s.delivery.value
         env[env_name("log_level")] = "warning"
         return env
 
@@ -499,6 +509,7 @@ class _ReaderSpec:
     partitions: int
     ignore_key: bytes
     fetch_max_wait_ms: int
+    isolation_level: str = "read_uncommitted"
 
 
 def _reader_main(spec: _ReaderSpec, counts: Any, ready: Any, stop: Any, conn: Connection) -> None:
@@ -515,6 +526,7 @@ def _reader_main(spec: _ReaderSpec, counts: Any, ready: Any, stop: Any, conn: Co
             enable_auto_commit=False,
             fetch_max_wait_ms=spec.fetch_max_wait_ms,
             max_poll_records=20_000,
+            isolation_level=spec.isolation_level,
         )
         try:
             parts = [TopicPartition(spec.topic, p) for p in range(spec.partitions)]
@@ -633,7 +645,8 @@ class CallbackReader(_ChildProcess):
     interpreter lock (which would add its own delays to the latencies measured); its clock,
     ``perf_counter_ns`` (``CLOCK_MONOTONIC``), is the producer's. ``counted`` is the number of
     records whose key is not ``ignore_key`` (the warm-up scope), ``ignored`` the others; the
-    records themselves come back from :meth:`finish`.
+    records themselves come back from :meth:`finish`. ``read_committed``: read only the records
+    of committed transactions (a transactional service's callbacks).
     """
 
     def __init__(
@@ -644,8 +657,10 @@ class CallbackReader(_ChildProcess):
         ignore_key: bytes = b"",
         *,
         fetch_max_wait_ms: int = 20,
+        read_committed: bool = False,
     ) -> None:
-        spec = _ReaderSpec(bootstrap, topic, partitions, ignore_key, fetch_max_wait_ms)
+        isolation = "read_committed" if read_committed else "read_uncommitted"
+        spec = _ReaderSpec(bootstrap, topic, partitions, ignore_key, fetch_max_wait_ms, isolation)
         super().__init__(_reader_main, spec, "callback-reader")
 
     @property
@@ -970,6 +985,12 @@ class ThroughputResult:
         return self.burst_journal_entries / self.burst_journal_records
 
 
+def _read_committed(delivery: str) -> bool:
+    """Whether the callbacks of a service in ``delivery`` are read ``read_committed``: only a
+    transactional service's are (an acknowledged one writes no transactions)."""
+    return Delivery(delivery.lower()) is Delivery.TRANSACTIONAL
+
+
 def _timed_burst(
     broker: Broker,
     topic: str,
@@ -1023,13 +1044,21 @@ def bench_throughput(
     scopes: int = 8,
     log_dir: Path,
     journal: bool = True,
+    delivery: str = Delivery.ACKNOWLEDGED.value,
 ) -> ThroughputResult:
-    """Measurement 1 (see the module's documentation), with the journal or without it."""
+    """Measurement 1 (see the module's documentation), with the journal or without it, in
+    either delivery (``transactional``: the callbacks are read ``read_committed``)."""
     with (
-        ServiceProcess(broker, partitions=partitions, log_dir=log_dir, journal=journal) as service,
+        ServiceProcess(
+            broker, partitions=partitions, log_dir=log_dir, journal=journal, delivery=delivery
+        ) as service,
         httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
         CallbackReader(
-            broker.bootstrap_servers, service.settings.topic_callbacks, partitions, _WARMUP_KEY
+            broker.bootstrap_servers,
+            service.settings.topic_callbacks,
+            partitions,
+            _WARMUP_KEY,
+            read_committed=_read_committed(delivery),
         ) as reader,
     ):
         _warm_up(service, http, reader)
@@ -1234,8 +1263,10 @@ def bench_latency(
     scopes: int = 8,
     log_dir: Path,
     journal: bool = True,
+    delivery: str = Delivery.ACKNOWLEDGED.value,
 ) -> LatencyResult:
-    """Measurement 2 (see the module's documentation), with the journal or without it."""
+    """Measurement 2 (see the module's documentation), with the journal or without it, in
+    either delivery (``transactional``: the callbacks are read ``read_committed``)."""
     signals = max(1, round(rate_per_s * duration_s))
 
     def record(i: int) -> tuple[bytes, bytes]:
@@ -1243,7 +1274,9 @@ def bench_latency(
         return key, signal_value(scope, watch, f'{{"t":{time.perf_counter_ns()}}}')
 
     with (
-        ServiceProcess(broker, partitions=partitions, log_dir=log_dir, journal=journal) as service,
+        ServiceProcess(
+            broker, partitions=partitions, log_dir=log_dir, journal=journal, delivery=delivery
+        ) as service,
         httpx.Client(base_url=service.url, timeout=_HTTP_TIMEOUT_S) as http,
         # The load generator is tuned as the hop baseline it is compared with.
         CallbackReader(
@@ -1252,6 +1285,7 @@ def bench_latency(
             partitions,
             _WARMUP_KEY,
             fetch_max_wait_ms=5,
+            read_committed=_read_committed(delivery),
         ) as reader,
     ):
         _warm_up(service, http, reader)
