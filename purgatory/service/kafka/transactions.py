@@ -115,6 +115,10 @@ class KafkaTransactions:
             "transaction_timeout_ms": transaction_timeout_ms,
             "max_request_size": max_request_bytes,
             "max_block_ms": metadata_timeout_ms,
+            # kafka-python waits this long between the coordinator's steps of a transaction
+            # (add partitions, add offsets, end): at its default of 100 ms a commit took
+            # 120-220 ms, at 10 ms 20-30 ms.
+            "retry_backoff_ms": 10,
         }
         self._producers: dict[int, Any] = {}
         self._lock = threading.Lock()
