@@ -214,17 +214,7 @@ class Outbox:
             scope: the record's scope, when it decoded (the letter's Kafka key).
         """
         self._check_open()
-        full, bare = self._letters(
-            scope=scope,
-            reason=reason,
-            field=field,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            key=record.key,
-            value=record.value,
-        )
+        full, bare = self._record_letters(record, reason=reason, field=field, scope=scope)
         self._queue.append(_Ref(full, None, record.topic, label, bare))
         self._queued_records += 1
         self._wakeup.set()
@@ -288,7 +278,13 @@ class Outbox:
         self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
     ) -> OutRecord:
         """The dead letter of a refused input record, to write in a transaction."""
-        full, _bare = self._letters(
+        return self._record_letters(record, reason=reason, field=field, scope=scope)[0]
+
+    def _record_letters(
+        self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
+    ) -> tuple[OutRecord, OutRecord]:
+        """The dead letters of a refused input record (see :meth:`_letters`)."""
+        return self._letters(
             scope=scope,
             reason=reason,
             field=field,
@@ -299,7 +295,6 @@ class Outbox:
             key=record.key,
             value=record.value,
         )
-        return full
 
     def letter_settled(self, letter: OutRecord, *, source_topic: str, label: str) -> None:
         """``letter`` was committed elsewhere (in a transaction): count it as acknowledged."""

@@ -474,17 +474,20 @@ class Changelog:
         if self._stalled_since_s is None:
             with trio.move_on_at(since_s + self.wait_ms / 1000):
                 return await delivery.results()
-            self._stalled_since_s = since_s
-            _log.warning(
-                "journal_stalled",
-                wait_ms=self.wait_ms,
-                partitions=sorted(batch.parts),
-                pending_entries=self._pending_entries,
-                detail="the broker has not acknowledged a changelog record within"
-                " PURGATORY_JOURNAL_WAIT_MS: HTTP writes answer 503 with Retry-After,"
-                " consumed inputs wait in their topics, nothing decided is released",
-            )
+            self._report_stall(since_s, batch, "the broker has not acknowledged a changelog record")
         return await delivery.results()
+
+    def _report_stall(self, since_s: float, batch: _Batch, what: str) -> None:
+        """The journal is stalled since ``since_s`` (``what`` did not happen in time)."""
+        self._stalled_since_s = since_s
+        _log.warning(
+            "journal_stalled",
+            wait_ms=self.wait_ms,
+            partitions=sorted(batch.parts),
+            pending_entries=self._pending_entries,
+            detail=f"{what} within PURGATORY_JOURNAL_WAIT_MS: HTTP writes answer 503 with"
+            " Retry-After, consumed inputs wait in their topics, nothing decided is released",
+        )
 
     def _check_offsets(self, order: list[int], written: list[int | None]) -> set[int]:
         fenced: set[int] = set()

@@ -217,16 +217,7 @@ class TransactionalChangelog(Changelog):
                 await done.wait()
                 return
             if self._stalled_since_s is None:
-                self._stalled_since_s = since_s
-                _log.warning(
-                    "journal_stalled",
-                    wait_ms=self.wait_ms,
-                    partitions=sorted(batch.parts),
-                    pending_entries=self._pending_entries,
-                    detail="no transaction committed within PURGATORY_JOURNAL_WAIT_MS: HTTP"
-                    " writes answer 503 with Retry-After, consumed inputs wait in their"
-                    " topics, nothing decided is released",
-                )
+                self._report_stall(since_s, batch, "no transaction committed")
 
         with raising_single_errors():  # the commit's own error, not a group of one
             async with trio.open_nursery() as nursery:
