@@ -30,6 +30,7 @@ from purgatory.service.kafka.transport import (
     RecordRefusedError,
 )
 from tests.service.test_e2e import _settings
+from tests.service.test_sigkill import _pause
 
 pytestmark = pytest.mark.kafka
 
@@ -58,10 +59,21 @@ async def _read_committed(broker: Broker, topic: str) -> list[ConsumedRecord]:
     return seen
 
 
-def _committed_offset(broker: Broker, group: str, topic: str) -> int | None:
+def _committed_offset(broker: Broker, group: str, topic: str, expected: int) -> int | None:
+    """The group's committed offset once it reads ``expected``, or the last value after 20 s.
+
+    A transaction's offsets become the group's when the coordinator writes the commit marker
+    to ``__consumer_offsets``, a moment after ``commit_transaction`` returns; until then an
+    offset fetch answers with the previous commit.
+    """
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id=group)
     try:
-        offset: int | None = consumer.committed(TopicPartition(topic, 0))
+        offset: int | None = None
+        for _ in range(200):
+            offset = consumer.committed(TopicPartition(topic, 0))
+            if offset == expected:
+                break
+            _pause(0.1)
         return offset
     finally:
         consumer.close()
@@ -80,7 +92,7 @@ async def test_kafka_fences_the_older_producer_and_readers_see_only_commits(
             0, [OutRecord(out, b"k", b"first", partition=0)], {(inputs, 0): 7}
         )
         assert offsets == [0]
-        assert await trio.to_thread.run_sync(_committed_offset, kafka_broker, group, inputs) == 7
+        assert await trio.to_thread.run_sync(_committed_offset, kafka_broker, group, inputs, 7) == 7
 
         with pytest.raises(RecordRefusedError) as refused:
             await older.commit(
@@ -109,7 +121,7 @@ async def test_kafka_fences_the_older_producer_and_readers_see_only_commits(
         await newer.aclose()
     seen = await _read_committed(kafka_broker, out)
     assert [r.value for r in seen] == [b"first", b"second"]
-    assert await trio.to_thread.run_sync(_committed_offset, kafka_broker, group, inputs) == 11
+    assert await trio.to_thread.run_sync(_committed_offset, kafka_broker, group, inputs, 11) == 11
 
 
 async def test_the_start_probe_passes_on_kafka_and_refuses_the_embedded_broker(
