@@ -74,13 +74,15 @@ DEMO_BROKER := $(or $(BROKER),$(PURGATORY_DEV_BROKER))
 demo: $(STAMP) $(if $(filter kafka,$(DEMO_BROKER)),$(KAFKA_STAMP))
 	$(BIN)/python -m spark_bridge.demo $(if $(BROKER),--broker $(BROKER))
 
-## The gate: format, lint, types, import contracts, the whole test suite (what CI runs).
+## The gate: format, lint, types, import contracts, the whole test suite (what CI runs), on
+## PYTEST_WORKERS pytest-xdist workers (0: one process).
+PYTEST_WORKERS ?= 2
 check: $(STAMP) prometheus
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
 
 test: check
 
