@@ -15,7 +15,7 @@ from purgatory.service.kafka import clients as _kafka
 from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.sink import open_kafka_sink
 from purgatory.service.kafka.source import KafkaSource, open_kafka_source
-from purgatory.service.kafka.transport import ConsumedRecord
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord
 
 pytestmark = pytest.mark.kafka
 
@@ -100,6 +100,38 @@ async def test_round_trip_keeps_keys_and_partition_order(kafka_broker: Broker) -
         assert partition_offsets == list(range(len(partition_offsets)))
     for sequence in order_of_key.values():
         assert sequence == sorted(sequence)
+
+
+async def test_a_batch_behind_a_slow_one_keeps_its_order_then_goes_direct(
+    kafka_broker: Broker,
+) -> None:
+    """A batch whose topic has no metadata goes through the producer thread (``send`` blocks
+    there for it); one sent after it to the same partition must not overtake it by the
+    direct path, and once the thread has handed everything over the direct path resumes."""
+    topic, missing = _name("order"), _name("missing")
+    kafka_broker.create_topics({topic: 1})
+    async with open_kafka_sink(_config(kafka_broker), metadata_timeout_ms=1_500) as sink:
+        await (await sink.send_batch([OutRecord(topic, b"k", b"warm")])).results()
+        slow = await sink.send_batch(
+            [OutRecord(topic, b"k", b"first"), OutRecord(missing, b"k", b"nowhere")]
+        )
+        behind = await sink.send_batch([OutRecord(topic, b"k", b"second")])
+        with trio.fail_after(30):
+            slow_results, behind_results = await slow.results(), await behind.results()
+        assert slow_results[0] is None and behind_results == [None]
+        assert slow_results[1] is not None and slow_results[1].retriable
+        assert sink._thread.queued == 0  # everything handed over: the next batch goes direct
+        assert sink._thread.sends_directly([OutRecord(topic, b"k", b"third")]) is not None
+        await sink.flush()
+    async with open_kafka_source(
+        _config(kafka_broker),
+        topics=[topic],
+        group_id=None,
+        assignment=[(topic, 0)],
+        start="earliest",
+    ) as source:
+        values = [r.value for r in await _read(source, 3, timeout_s=10)]
+    assert values == [b"warm", b"first", b"second"]
 
 
 async def test_explicit_assignment_reads_everything_and_lag_drains(

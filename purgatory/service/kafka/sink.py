@@ -19,6 +19,15 @@ hold every other record of the thread for as long.
 ``flush`` travels through the same channel as a marker, so it covers exactly the records sent
 before it: the thread flushes the producer and answers with the delivery failures seen since the
 previous flush.
+
+The direct path: ``producer.send`` only appends to kafka-python's accumulator (its I/O thread
+does the sending), and blocks only for the metadata of a topic it has none of. So a batch whose
+topics all have metadata, sent while nothing is waiting in the channel or being handed over by
+the thread, is handed to the producer at once from the trio thread: no hop through the channel
+and the producer thread, no wait for either to be scheduled (at a low rate, where each poll
+makes a small batch, those hops were most of a callback's cost). Any other batch takes the
+channel, and so does every batch after it until the thread has handed everything over, so the
+records of a partition still reach the producer in the order they were sent.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from purgatory.service.kafka.config import (
     no_topic_creation,
     raising_single_errors,
 )
+from purgatory.service.kafka.partitioner import KeyHashPartitioner
 from purgatory.service.kafka.transport import OutRecord, SendFailure
 
 __all__ = ["KafkaDelivery", "KafkaSink", "SinkStatistics", "open_kafka_sink"]
@@ -150,6 +160,11 @@ class _ProducerThread:
     def __init__(self, kwargs: dict[str, Any], flush_timeout_s: float) -> None:
         self._kwargs = kwargs
         self._flush_timeout_s = flush_timeout_s
+        #: the producer while it takes records (set by the thread, read by the trio side)
+        self.producer: Any = None
+        #: batches and flushes queued for the thread or being handed over by it (changed on
+        #: the trio thread only)
+        self.queued = 0
         self._lock = threading.Lock()
         self._sent = 0
         self._acked = 0
@@ -187,6 +202,7 @@ class _ProducerThread:
             servers = self._kwargs["bootstrap_servers"]
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
         try:
+            self.producer = producer
             trio.from_thread.run_sync(task_status.started)
             while True:
                 try:
@@ -201,11 +217,34 @@ class _ProducerThread:
                     else:
                         for index, record in enumerate(item.records):
                             self._produce(producer, record, item.delivery, index, unreachable)
+                trio.from_thread.run_sync(self._handed_over, len(items))
         finally:
+            self.producer = None
             # What does not make it is counted as failed by the callbacks, here or on close.
             with contextlib.suppress(KafkaError):
                 producer.flush(timeout=self._flush_timeout_s)
             producer.close(timeout=_CLOSE_TIMEOUT_S)
+
+    def _handed_over(self, items: int) -> None:
+        self.queued -= items
+
+    def sends_directly(self, records: Sequence[OutRecord]) -> Any:
+        """The producer, if ``records`` may be handed to it now from the trio thread (nothing
+        queued before them, metadata for each topic); else None."""
+        producer = self.producer
+        if producer is None or self.queued:
+            return None
+        metadata = producer._metadata  # a cached lookup: what send() checks first
+        topics = {record.topic for record in records}
+        if any(metadata.partitions_for_topic(topic) is None for topic in topics):
+            return None
+        return producer
+
+    def produce(self, producer: Any, records: Sequence[OutRecord], delivery: KafkaDelivery) -> None:
+        """Hand ``records`` to ``producer`` (from any thread), each resolving ``delivery``."""
+        unreachable: set[str] = set()
+        for index, record in enumerate(records):
+            self._produce(producer, record, delivery, index, unreachable)
 
     def _produce(
         self,
@@ -303,9 +342,23 @@ class KafkaSink:
             if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
                 raise UsageError("key and value must be bytes (key may be None)")
         delivery = KafkaDelivery(len(records), self._token, report_at_flush=report_at_flush)
-        if records:
-            await self._send.send(_Batch(records, delivery))
+        if not records:
+            return delivery
+        producer = self._thread.sends_directly(records)
+        if producer is not None:
+            self._thread.produce(producer, records, delivery)
+            await trio.lowlevel.checkpoint()
+            return delivery
+        await self._queue(_Batch(records, delivery))
         return delivery
+
+    async def _queue(self, item: _Item) -> None:
+        self._thread.queued += 1
+        try:
+            await self._send.send(item)
+        except BaseException:
+            self._thread.queued -= 1
+            raise
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> KafkaDelivery:
         """Queue one record for the producer; waits while the queue is full.
@@ -326,7 +379,7 @@ class KafkaSink:
                 ``send_batch`` callers read each record's fate from its delivery instead.
         """
         marker = _Flush(trio.Event())
-        await self._send.send(marker)
+        await self._queue(marker)
         await marker.done.wait()
         if marker.error is not None:
             raise marker.error
@@ -422,6 +475,7 @@ def _producer_kwargs(
         "request_timeout_ms": min(30_000, delivery_timeout_ms - linger_ms),
         "max_block_ms": min(metadata_timeout_ms, delivery_timeout_ms),
         "max_request_size": max_request_bytes,
+        "partitioner": KeyHashPartitioner(),
     }
 
 

@@ -42,6 +42,7 @@ from kafka.structs import OffsetAndMetadata
 
 from purgatory._core import ConfigError, TransportError
 from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
+from purgatory.service.kafka.partitioner import KeyHashPartitioner
 from purgatory.service.kafka.transport import (
     OutRecord,
     ProducerFencedError,
@@ -119,6 +120,7 @@ class KafkaTransactions:
             # (add partitions, add offsets, end): at its default of 100 ms a commit took
             # 120-220 ms, at 10 ms 20-30 ms.
             "retry_backoff_ms": 10,
+            "partitioner": KeyHashPartitioner(),
         }
         self._producers: dict[int, Any] = {}
         self._lock = threading.Lock()
