@@ -5,7 +5,8 @@
 :class:`tests.service.fake_kafka.FakeTransport` (acknowledgements at once, polls of 500
 records, as the Kafka source's), on trio's real clock, in this process. It registers ``N``
 operations through the requests topic (one key each), then appends ``N`` signals and counts
-the CPU seconds of the process until their ``N`` callbacks are written: intake, decode,
+the CPU seconds of the process until their ``N`` callbacks are written (with the garbage
+collector tuned as ``serve`` tunes it): intake, decode,
 engine, journal encode and group commit, release, outbox, encode, acknowledgements, metrics,
 and trio's scheduling, without kafka-python's fetch and produce or a broker sharing the CPUs.
 So it separates the service's Python from the client library's, and changes to the pipeline
@@ -27,6 +28,7 @@ import trio
 from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory.service.app import Service, topics_of
+from purgatory.service.run import _tune_gc
 from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import configure_logging
 from reaper import Clock
@@ -95,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     configure_logging("warning", "console")
+    _tune_gc()  # as ``serve`` does
     runs = run_pipeline(args.signals, args.repeat)
     print(
         f"{args.signals} signals x {args.repeat}: best {min(runs):.1f} µs CPU per signal,"

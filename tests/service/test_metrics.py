@@ -6,6 +6,9 @@ import dataclasses
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -17,6 +20,7 @@ from purgatory.service.telemetry.metrics import (
     WAIT_BUCKETS_S,
     Metrics,
     PartitionStatus,
+    observe_many,
 )
 from purgatory.service.telemetry.stats import (
     ChangelogStatistics,
@@ -393,3 +397,27 @@ def test_openmetrics_on_request() -> None:
     assert content_type.startswith("application/openmetrics-text")
     assert body.rstrip().endswith(b"# EOF")
     assert metrics.render("text/plain")[1].startswith("text/plain")
+
+
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(min_value=0, max_value=1e6, allow_nan=False),
+            st.sampled_from([0.0, 0.001, 0.005, 0.01, 0.1, 1.0, 5.0]),  # on the bounds
+        ),
+        max_size=60,
+    )
+)
+def test_observe_many_writes_what_observe_writes(values: list[float]) -> None:
+    one_by_one, at_once = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.001, 0.005, 0.01, 0.1, 1.0, 5.0)
+    h1 = Histogram("h", "h", buckets=buckets, registry=one_by_one)
+    h2 = Histogram("h", "h", buckets=buckets, registry=at_once)
+    for value in values:
+        h1.observe(value)
+    observe_many(h2, values)
+    first, second = generate_latest(one_by_one).decode(), generate_latest(at_once).decode()
+    assert [
+        line for line in first.splitlines() if "_sum" not in line and "_created" not in line
+    ] == [line for line in second.splitlines() if "_sum" not in line and "_created" not in line]
+    assert h2._sum.get() == pytest.approx(h1._sum.get())

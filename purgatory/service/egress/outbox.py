@@ -418,12 +418,23 @@ class Outbox:
         async with self._in_flight_receive:
             async for delivery, refs, offsets, barriers in self._in_flight_receive:
                 results = await delivery.results()
+                # Callbacks acknowledged in a row are reported together, in order, and
+                # before anything else is settled (a refused record may wait for a retry).
+                delivered: list[_Ref] = []
                 for ref, failure in zip(refs, results, strict=True):
+                    self._in_flight -= 1
+                    if failure is None and ref.outcome is not None:
+                        delivered.append(ref)
+                        continue
+                    self._delivered_all(delivered)
+                    delivered = []
                     if failure is None:
                         self._acknowledged(ref)
                     else:
+                        self._in_flight += 1  # until it is settled
                         await self._settle(ref, failure)
-                    self._in_flight -= 1
+                        self._in_flight -= 1
+                self._delivered_all(delivered)
                 if offsets:
                     self._pending_commit.update(offsets)
                     self._commit_wakeup.set()
@@ -474,18 +485,39 @@ class Outbox:
                 metrics.dead_lettered(ref.source_topic, ref.reason)
             self._on_dead_lettered(record if record is not None else ref.record)
             return
-        self._delivered += 1
+        self._delivered_all([ref])
+
+    def _delivered_all(self, refs: list[_Ref]) -> None:
+        """The callbacks of ``refs`` (outcomes, in order) are acknowledged: count them, wake
+        their waiters. Metrics are counted per call, not per callback (the acknowledger calls
+        this once per delivery)."""
+        if not refs:
+            return
+        self._delivered += len(refs)
+        metrics = self._metrics
         if metrics is not None:
             now_ms = self._clock.now_ms()
-            metrics.records_produced(ref.record.topic)
-            metrics.outcome(outcome, now_ms=now_ms)
-            if (
-                outcome.outcome is OutcomeKind.EXPIRED
-                and outcome.time_domain is TimeDomain.PROCESSING_TIME
-            ):
-                metrics.reaper_lateness(max(0, now_ms - due_ms(outcome)))
-        self._on_delivered(outcome)
-        if logs_enabled("debug"):
+            topics: dict[str, int] = {}
+            for ref in refs:
+                topic = ref.record.topic
+                topics[topic] = topics.get(topic, 0) + 1
+            for topic, count in topics.items():
+                metrics.records_produced(topic, count)
+            sent = [ref.outcome for ref in refs if ref.outcome is not None]
+            metrics.outcomes(sent, now_ms=now_ms)
+            for done in sent:
+                if (
+                    done.outcome is OutcomeKind.EXPIRED
+                    and done.time_domain is TimeDomain.PROCESSING_TIME
+                ):
+                    metrics.reaper_lateness(max(0, now_ms - due_ms(done)))
+        debug = logs_enabled("debug")
+        for ref in refs:
+            outcome = ref.outcome
+            assert outcome is not None
+            self._on_delivered(outcome)
+            if not debug:
+                continue
             _log.debug(
                 "operation_" + outcome.outcome.value,
                 op_id=outcome.op_id,
@@ -493,10 +525,10 @@ class Outbox:
                 sequence=outcome.sequence,
                 late=outcome.late,
             )
-        if outcome.outcome is OutcomeKind.EXPIRED and outcome.late and logs_enabled("debug"):
-            # After a restore they come by the thousand: the restore logs their count
-            # (partition_serving, overdue=...) and purgatory_late_expirations counts them.
-            _log.debug("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
+            if outcome.outcome is OutcomeKind.EXPIRED and outcome.late:
+                # After a restore they come by the thousand: the restore logs their count
+                # (partition_serving, overdue=...) and purgatory_late_expirations counts them.
+                _log.debug("operation_expired_late", op_id=outcome.op_id, scope=outcome.scope)
 
     async def _settle(self, ref: _Ref, failure: SendFailure) -> None:
         """Retry a refused record while that can help; otherwise dead-letter it, alone."""
