@@ -24,7 +24,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError
-from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
+from purgatory.service.kafka.config import KafkaClientConfig, no_client_metrics, no_topic_creation
 from purgatory.service.kafka.transport import ConsumedRecord
 
 __all__ = ["KafkaLogReader", "open_kafka_reader"]
@@ -103,6 +103,7 @@ class KafkaLogReader:
     def _consumer(self) -> Any:
         kwargs = self._config.kafka_kwargs() | {
             **no_topic_creation(),
+            **no_client_metrics(),
             "group_id": None,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",

@@ -48,6 +48,7 @@ from kafka.errors import KafkaError
 from purgatory._core import TransportError, UsageError
 from purgatory.service.kafka.config import (
     KafkaClientConfig,
+    no_client_metrics,
     no_topic_creation,
     raising_single_errors,
 )
@@ -469,6 +470,7 @@ def _producer_kwargs(
         )
     return config.kafka_kwargs() | {
         **no_topic_creation(),
+        **no_client_metrics(),
         "linger_ms": linger_ms,
         "acks": "all",
         "delivery_timeout_ms": delivery_timeout_ms,

@@ -39,6 +39,7 @@ from purgatory._core import TransportError, UsageError
 from purgatory.service.kafka.assignor import CoPartitionedAssignor
 from purgatory.service.kafka.config import (
     KafkaClientConfig,
+    no_client_metrics,
     no_topic_creation,
     raising_single_errors,
 )
@@ -631,6 +632,7 @@ def _consumer_kwargs(
     """kafka-python's consumer settings for :func:`open_kafka_source`."""
     return config.kafka_kwargs() | {
         **no_topic_creation(),
+        **no_client_metrics(),
         "group_id": group_id,
         "enable_auto_commit": False,  # the service commits after a record's effects are applied
         "auto_offset_reset": "earliest",

@@ -41,7 +41,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from purgatory._core import ConfigError, TransportError
-from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
+from purgatory.service.kafka.config import KafkaClientConfig, no_client_metrics, no_topic_creation
 from purgatory.service.kafka.partitioner import KeyHashPartitioner
 from purgatory.service.kafka.transport import (
     OutRecord,
@@ -111,6 +111,7 @@ class KafkaTransactions:
         self._group_metadata = group_metadata
         self._kwargs = config.kafka_kwargs() | {
             **no_topic_creation(),
+            **no_client_metrics(),
             "acks": "all",
             "linger_ms": 0,
             "transaction_timeout_ms": transaction_timeout_ms,
