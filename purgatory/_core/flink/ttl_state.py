@@ -186,9 +186,25 @@ class TtlState(Generic[K, V]):
         self._sweep(now)
 
     def get(self, key: K, *, now_ms: int) -> V | None:
-        """The value of ``key``, or None when it is absent (or expired, per the visibility)."""
-        entry = self.get_entry(key, now_ms=now_ms)
-        return None if entry is None else entry.value
+        """The value of ``key``, or None when it is absent (or expired, per the visibility).
+
+        :meth:`get_entry` without building the entry (the engine reads every key of an
+        operation each time it is tried)."""
+        now = check_ms("now_ms", now_ms)
+        self._reads += 1
+        slot = self._slots.get(key)
+        value: V | None = None
+        if slot is not None and slot.deadline_ms <= now:
+            self._remove(slot)
+            self._expired_removed += 1
+            if self._return_expired:
+                value = slot.value
+        elif slot is not None:
+            if self._refresh_on_read:
+                self._touch(slot, now)
+            value = slot.value
+        self._sweep(now)
+        return value
 
     def get_entry(self, key: K, *, now_ms: int) -> TtlEntry[V] | None:
         """The entry of ``key`` with its times, or None; refreshes it under ``ON_READ_AND_WRITE``.
