@@ -287,6 +287,9 @@ async def test_bad_arguments_are_usage_errors_naming_them() -> None:
     with pytest.raises(UsageError, match="max_in_flight"):
         async with open_kafka_sink(config, max_in_flight=0):
             pass
+    with pytest.raises(UsageError, match="batch_bytes"):
+        async with open_kafka_sink(config, batch_bytes=0):
+            pass
 
 
 def test_client_config_validates_and_passes_only_set_security_arguments() -> None:

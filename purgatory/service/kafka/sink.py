@@ -395,6 +395,7 @@ async def open_kafka_sink(
     config: KafkaClientConfig,
     *,
     linger_ms: int = 0,
+    batch_bytes: int = 512 * 1024,
     max_in_flight: int = 1_000,
     max_request_bytes: int = 1_048_576,
     delivery_timeout_ms: int = 120_000,
@@ -416,6 +417,12 @@ async def open_kafka_sink(
         linger_ms: how long the producer waits to fill a batch. 0 by default: ``send_batch``
             hands a whole batch over in one hop, so records batch without waiting, and a wait
             would only add latency (measured: lower p99 and no loss of throughput).
+        batch_bytes: the producer's ``batch_size``, at most ``max_request_bytes``. 512 KiB
+            by default, not kafka-python's 16 KiB: a hand-over of a few hundred callbacks
+            then fills one batch per partition instead of a dozen, each of which woke the
+            producer's I/O thread to send a small request while the trio thread was still
+            appending (measured on the embedded broker: about 125 µs of CPU per signal at
+            16 KiB, 90-105 µs at 512 KiB, and linger 0 still the lowest p99).
         max_in_flight: batches queued between trio and the producer thread (back-pressure).
         max_request_bytes: the largest record the producer sends (larger ones fail alone,
             not retriable).
@@ -432,9 +439,14 @@ async def open_kafka_sink(
     """
     if max_in_flight < 1:
         raise UsageError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    if batch_bytes < 1:
+        raise UsageError(f"batch_bytes must be >= 1, got {batch_bytes}")
     kwargs = _producer_kwargs(
         config, linger_ms, delivery_timeout_ms, metadata_timeout_ms, max_request_bytes
-    ) | {"bootstrap_timeout_ms": connect_timeout_ms}
+    ) | {
+        "bootstrap_timeout_ms": connect_timeout_ms,
+        "batch_size": min(batch_bytes, max_request_bytes),
+    }
     thread = _ProducerThread(kwargs, flush_timeout_s=delivery_timeout_ms / 1000 + 5)
     send, receive = trio.open_memory_channel[_Item](max_in_flight)
     with raising_single_errors():

@@ -114,6 +114,8 @@ class KafkaTransactions:
             **no_client_metrics(),
             "acks": "all",
             "linger_ms": 0,
+            # One batch per partition for a commit's callbacks (see open_kafka_sink).
+            "batch_size": min(512 * 1024, max_request_bytes),
             "transaction_timeout_ms": transaction_timeout_ms,
             "max_request_size": max_request_bytes,
             "max_block_ms": metadata_timeout_ms,
