@@ -16,7 +16,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -36,6 +36,7 @@ from tests.benchmarks.bench_delivery import (
 )
 from tests.benchmarks.bench_service import FULL as SERVICE_FULL
 from tests.benchmarks.bench_service import LatencyResult, ThroughputResult
+from tests.benchmarks.test_service_smoke import _filled
 
 if TYPE_CHECKING:
     from purgatory.devtools.kafka_broker import KafkaBroker
@@ -79,19 +80,6 @@ def test_both_modes_deliver_every_signal_exactly_once_on_kafka(
 
 
 # -- the report (no broker needed) ---------------------------------------------------------------
-
-_Result = TypeVar("_Result")
-
-
-def _filled(cls: type[_Result], **given: Any) -> _Result:
-    """A result whose fields without a default are 0 (no missing, duplicate or stray callback)
-    but for ``given``."""
-    values: dict[str, Any] = {
-        f.name: 0
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    return cls(**(values | given))
 
 
 def _run(

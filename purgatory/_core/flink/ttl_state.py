@@ -186,25 +186,9 @@ class TtlState(Generic[K, V]):
         self._sweep(now)
 
     def get(self, key: K, *, now_ms: int) -> V | None:
-        """The value of ``key``, or None when it is absent (or expired, per the visibility).
-
-        :meth:`get_entry` without building the entry (the engine reads every key of an
-        operation each time it is tried)."""
-        now = check_ms("now_ms", now_ms)
-        self._reads += 1
-        slot = self._slots.get(key)
-        value: V | None = None
-        if slot is not None and slot.deadline_ms <= now:
-            self._remove(slot)
-            self._expired_removed += 1
-            if self._return_expired:
-                value = slot.value
-        elif slot is not None:
-            if self._refresh_on_read:
-                self._touch(slot, now)
-            value = slot.value
-        self._sweep(now)
-        return value
+        """The value of ``key``, or None when it is absent (or expired, per the visibility)."""
+        slot = self._read(key, now_ms)
+        return None if slot is None else slot.value
 
     def get_entry(self, key: K, *, now_ms: int) -> TtlEntry[V] | None:
         """The entry of ``key`` with its times, or None; refreshes it under ``ON_READ_AND_WRITE``.
@@ -212,20 +196,8 @@ class TtlState(Generic[K, V]):
         An expired entry found here is removed; it is returned only under
         ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``.
         """
-        now = check_ms("now_ms", now_ms)
-        self._reads += 1
-        slot = self._slots.get(key)
-        result: TtlEntry[V] | None = None
-        if slot is not None and slot.deadline_ms <= now:
-            self._remove(slot)
-            self._expired_removed += 1
-            result = slot.entry() if self._return_expired else None
-        elif slot is not None:
-            if self._refresh_on_read:
-                self._touch(slot, now)
-            result = slot.entry()
-        self._sweep(now)
-        return result
+        slot = self._read(key, now_ms)
+        return None if slot is None else slot.entry()
 
     def peek(self, key: K) -> V | None:
         """The value stored under ``key`` (expired or not), or None; not an access: nothing is
@@ -326,6 +298,25 @@ class TtlState(Generic[K, V]):
         return TtlStatistics(len(self._slots), self._expired_removed, self._reads, self._writes)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _read(self, key: K, now_ms: int) -> _Slot[K, V] | None:
+        """One read of ``key`` (counted, refreshed, an expired entry removed): the slot whose
+        value and times the read returns, or None. The engine reads every key of an operation
+        each time it is tried, so :meth:`get` returns the value without building an entry."""
+        now = check_ms("now_ms", now_ms)
+        self._reads += 1
+        slot = self._slots.get(key)
+        result: _Slot[K, V] | None = None
+        if slot is not None and slot.deadline_ms <= now:
+            self._remove(slot)
+            self._expired_removed += 1
+            result = slot if self._return_expired else None
+        elif slot is not None:
+            if self._refresh_on_read:
+                self._touch(slot, now)
+            result = slot
+        self._sweep(now)
+        return result
 
     def _expires_at(self, last_access: int) -> int:
         return min(last_access + self._ttl_ms, MAX_TIME_MS)

@@ -422,18 +422,16 @@ class Outbox:
                 # before anything else is settled (a refused record may wait for a retry).
                 delivered: list[_Ref] = []
                 for ref, failure in zip(refs, results, strict=True):
-                    self._in_flight -= 1
                     if failure is None and ref.outcome is not None:
                         delivered.append(ref)
-                        continue
-                    self._delivered_all(delivered)
-                    delivered = []
-                    if failure is None:
-                        self._acknowledged(ref)
                     else:
-                        self._in_flight += 1  # until it is settled
-                        await self._settle(ref, failure)
-                        self._in_flight -= 1
+                        self._delivered_all(delivered)
+                        delivered = []
+                        if failure is None:
+                            self._acknowledged(ref)
+                        else:
+                            await self._settle(ref, failure)
+                    self._in_flight -= 1
                 self._delivered_all(delivered)
                 if offsets:
                     self._pending_commit.update(offsets)

@@ -122,7 +122,7 @@ def no_client_metrics() -> dict[str, Any]:
     The service reads none of them, and they are not free: every produce request and every
     fetch records a dozen sensors under locks, which a profile of the signal path put at about
     6% of the service's CPU at 1k signals/s. The service's own metrics are
-    :mod:`purgatory.service.telemetry.metrics`'. (An admin client refuses the setting.)
+    :mod:`purgatory.service.telemetry.metrics`. (An admin client refuses the setting.)
     """
     return {"metrics_enabled": False}
 

@@ -519,11 +519,7 @@ class Metrics:
             now_ms: the time it was sent; for a completed operation, ``now_ms - outcome_ms`` is
                 the signal-to-callback latency.
         """
-        kind = outcome.outcome.value
-        self._child(self._outcomes, kind).inc()
-        self._child(self._wait, kind).observe(_seconds(outcome.outcome_ms - outcome.registered_ms))
-        if outcome.outcome is OutcomeKind.COMPLETED:
-            self._signal_to_callback.observe(_seconds(now_ms - outcome.outcome_ms))
+        self.outcomes((outcome,), now_ms=now_ms)
 
     def outcomes(self, outcomes: Iterable[Outcome], *, now_ms: int) -> None:
         """:meth:`outcome` for each of ``outcomes`` (all sent at ``now_ms``), counted per kind
