@@ -1280,6 +1280,12 @@ class LatencyResult:
     broker_cpu_s: float
     journal: bool = True
     snapshotter_cpu_s: float = 0.0
+    #: p50 and p99 of the latency split at the moment of decision (the callback's
+    #: ``outcome_ms``, the service's clock): signal sent -> decided (the producer's linger, the
+    #: broker, the service's fetch and intake) and decided -> read (the journal's round trip,
+    #: the callback's and the reader's fetch). Their p99s need not add up to the whole's.
+    to_decision_ms: tuple[float, float] = (0.0, 0.0)
+    after_decision_ms: tuple[float, float] = (0.0, 0.0)
 
 
 def bench_latency(
@@ -1302,7 +1308,9 @@ def bench_latency(
 
     def record(i: int) -> tuple[bytes, bytes]:
         key, scope, watch = _scope_key(i, scopes)
-        return key, signal_value(scope, watch, f'{{"t":{time.perf_counter_ns()}}}')
+        # Both clocks at the send: perf (the reader's) for the whole, wall for the split.
+        sent = f'{{"t":{time.perf_counter_ns()},"w":{time.time_ns()}}}'
+        return key, signal_value(scope, watch, sent)
 
     with (
         ServiceProcess(
@@ -1344,6 +1352,7 @@ def bench_latency(
         for at_ns, payload in counts.first.values()
         if isinstance(payload, dict) and isinstance(payload.get("t"), int)
     )
+    to_decision, after_decision = decision_split(arrivals, _WARMUP_KEY)
     return LatencyResult(
         rate_per_s=rate_per_s,
         duration_s=duration_s,
@@ -1365,7 +1374,34 @@ def bench_latency(
         broker_cpu_s=cpu_after[1] - cpu[1],
         journal=journal,
         snapshotter_cpu_s=cpu_after[2] - cpu[2],
+        to_decision_ms=(percentile(to_decision, 0.50), percentile(to_decision, 0.99)),
+        after_decision_ms=(percentile(after_decision, 0.50), percentile(after_decision, 0.99)),
     )
+
+
+def decision_split(
+    arrivals: Sequence[Arrival], ignore_key: bytes
+) -> tuple[list[float], list[float]]:
+    """Each first callback's latency split at its ``outcome_ms``: (sent -> decided, decided ->
+    read), in ms, sorted. A signal's payload carries both its send clocks (``t``, perf ns, and
+    ``w``, wall ns); the reader stamps arrivals with the perf clock, so ``w - t`` moves an
+    arrival onto the wall clock the service decides by (1 ms resolution)."""
+    seen: set[str] = set()
+    to_decision: list[float] = []
+    after_decision: list[float] = []
+    for at_ns, key, value in arrivals:
+        if key == ignore_key:
+            continue
+        cb = json.loads(value)
+        if cb["op_id"] in seen:
+            continue
+        seen.add(cb["op_id"])
+        for sent in cb["signals"].values():
+            if isinstance(sent, dict) and isinstance(sent.get("w"), int) and "t" in sent:
+                decided_ns = cb["outcome_ms"] * 1_000_000
+                to_decision.append((decided_ns - sent["w"]) / 1e6)
+                after_decision.append((at_ns + sent["w"] - sent["t"] - decided_ns) / 1e6)
+    return sorted(to_decision), sorted(after_decision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1861,7 +1897,9 @@ def _measurement_rows(report: BrokerReport, cfg: ServiceBenchConfig) -> list[tup
                 f"{lat.duration_s:g} s, {how} ({_count(lat.signals)} signals, sent at "
                 f"{lat.achieved_per_s / 1e3:.2f} k/s)",
                 f"p50 {_ms(lat.p50_ms)} / p90 {_ms(lat.p90_ms)} / **p99 {_ms(lat.p99_ms)}** / "
-                f"max {_ms(lat.max_ms)} ms",
+                f"max {_ms(lat.max_ms)} ms; sent -> decided p50/p99 "
+                f"{_ms(lat.to_decision_ms[0])} / {_ms(lat.to_decision_ms[1])}, decided -> read "
+                f"{_ms(lat.after_decision_ms[0])} / {_ms(lat.after_decision_ms[1])} ms",
                 f"service {lat.service_cpu_s:.1f}{snapshotter}, broker {lat.broker_cpu_s:.1f}",
                 _ok(_exact(lat)),
             )

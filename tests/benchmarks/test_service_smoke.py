@@ -41,6 +41,7 @@ from tests.benchmarks.bench_service import (
     brokers_of,
     compute_durability,
     compute_ratios,
+    decision_split,
     evaluate_targets,
     nth_arrival_ns,
     percentile,
@@ -87,6 +88,23 @@ def test_tally_counts_duplicates_strangers_and_missing_operations() -> None:
     assert tally([(1, b"s0", _callback("o0", "k0", outcome="expired"))], 1, WARMUP).not_completed
 
 
+def test_the_decision_split_moves_arrivals_onto_the_wall_clock() -> None:
+    def callback(op_id: str, outcome_ms: int, t: int, w: int) -> bytes:
+        signals = {"k": {"t": t, "w": w}}
+        return json.dumps({"op_id": op_id, "outcome_ms": outcome_ms, "signals": signals}).encode()
+
+    # o0: sent at perf 1 ms = wall 1,000,000 ms, decided at wall 1,000,004 ms (4 ms), read at
+    # perf 11 ms = wall 1,000,010 ms (6 ms later). o1: decided as sent, read 7 ms later.
+    wall = 1_000_000 * 1_000_000
+    arrivals: list[Arrival] = [
+        (11_000_000, b"s0", callback("o0", 1_000_004, 1_000_000, wall)),
+        (12_000_000, b"s0", callback("o0", 1_000_004, 1_000_000, wall)),  # a repeat: ignored
+        (30_000_000, WARMUP, callback("o9", 1_000_000, 0, 0)),  # warm-up: ignored
+        (9_000_000, b"s1", callback("o1", 1_000_002, 2_000_000, wall + 2_000_000)),
+    ]
+    assert decision_split(arrivals, WARMUP) == ([0.0, 4.0], [6.0, 7.0])
+
+
 def test_the_pipe_output_is_the_callback_the_service_would_send() -> None:
     value = pipe_output(decode_signal(signal_value("s3", "k42", '{"t":7}')), 9)
     callback = decode_callback(value)
@@ -130,6 +148,10 @@ def test_paced_signals_each_complete_one_operation_with_a_real_latency(
     assert result.without_send_time == 0  # every callback carried its signal's send time
     assert 0 <= result.min_ms <= result.p50_ms <= result.p90_ms <= result.p99_ms <= result.max_ms
     assert result.achieved_per_s > 0
+    # Both halves are real durations within the whole (the decision's clock has 1 ms steps).
+    for p50, p99 in (result.to_decision_ms, result.after_decision_ms):
+        assert -1.0 <= p50 <= p99 <= result.max_ms + 1.0
+    assert result.after_decision_ms[0] > 0  # at least the callback's round trip and the read
 
 
 def test_the_pipe_baseline_pipes_every_signal_exactly_once(kafka_broker: Broker) -> None:
