@@ -51,6 +51,24 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	mvn -q -B -f $(KAFKA_POM) dependency:copy-dependencies -DoutputDirectory=$(abspath $(KAFKA_LIBS))
 	touch $(KAFKA_STAMP)
 
+## Spark's own Kafka connector for the bridge's connector path (spark_bridge.local_session puts
+## the jars on spark.jars when this folder holds them): spark-sql-kafka-0-10 and what pyspark's
+## jars folder lacks, pinned by .ci/spark-kafka/pom.xml at pyspark's version. As the kafka
+## target: resolved once from Maven Central, then no network.
+SPARK_KAFKA_POM := .ci/spark-kafka/pom.xml
+SPARK_KAFKA_JARS := $(VENV)/spark-kafka/jars
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_JARS)/.resolved
+.PHONY: spark-kafka
+install: spark-kafka
+check: spark-kafka
+spark-kafka: $(SPARK_KAFKA_STAMP)
+
+$(SPARK_KAFKA_STAMP): $(SPARK_KAFKA_POM)
+	command -v mvn >/dev/null || { echo "Maven is missing: as root, apt-get install maven" >&2; exit 1; }
+	rm -rf $(SPARK_KAFKA_JARS)
+	mvn -q -B -f $(SPARK_KAFKA_POM) dependency:copy-dependencies -DoutputDirectory=$(abspath $(SPARK_KAFKA_JARS))
+	touch $(SPARK_KAFKA_STAMP)
+
 ## Debian's Chromium for the browser test of the page at /ui (tests/service/test_ui.py), which
 ## Playwright drives; never `playwright install`, whose download host is not reachable. Installed
 ## with apt-get, as root, only when /usr/bin/chromium is missing.
@@ -71,7 +89,7 @@ $(CHROMIUM):
 ## BROKER=kafka (or PURGATORY_DEV_BROKER=kafka in the environment) runs it on Apache Kafka
 ## instead of the embedded Tansu, after resolving Kafka's jars.
 DEMO_BROKER := $(or $(BROKER),$(PURGATORY_DEV_BROKER))
-demo: $(STAMP) $(if $(filter kafka,$(DEMO_BROKER)),$(KAFKA_STAMP))
+demo: $(STAMP) $(SPARK_KAFKA_STAMP) $(if $(filter kafka,$(DEMO_BROKER)),$(KAFKA_STAMP))
 	$(BIN)/python -m spark_bridge.demo $(if $(BROKER),--broker $(BROKER))
 
 ## The gate: format, lint, types, import contracts, the whole test suite (what CI runs), on

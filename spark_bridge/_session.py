@@ -6,6 +6,12 @@ the web UI off, few shuffle partitions and quiet logs, and points ``PYSPARK_PYTH
 running interpreter so that Spark's Python workers see the same packages as the driver; it is
 for tests, examples and notebooks. Production jobs build their own session and call
 ``register_data_sources`` on it.
+
+Spark's Kafka connector: ``local_session`` puts the jars of ``spark-sql-kafka-0-10`` on
+``spark.jars`` when it finds them: in the folder named by ``PURGATORY_SPARK_KAFKA_JARS``, else in
+``<the interpreter's prefix>/spark-kafka/jars`` (where ``make spark-kafka`` copies them, from
+``.ci/spark-kafka/pom.xml``). A session of one's own gets them with
+``spark.jars.packages=`` :data:`KAFKA_CONNECTOR_PACKAGE`.
 """
 
 from __future__ import annotations
@@ -18,10 +24,25 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["local_session", "register_data_sources"]
+__all__ = [
+    "KAFKA_CONNECTOR_PACKAGE",
+    "kafka_connector_jars",
+    "local_session",
+    "register_data_sources",
+]
+
+#: The Maven coordinate of Spark's Kafka connector for the pinned pyspark (``spark.jars.packages``).
+KAFKA_CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 
 # Errors only from Spark's JVM (its default prints warnings about the local machine).
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
+
+
+def kafka_connector_jars() -> list[Path]:
+    """The connector's jars that ``local_session`` puts on ``spark.jars`` (empty: none found)."""
+    folder = os.environ.get("PURGATORY_SPARK_KAFKA_JARS")
+    where = Path(folder) if folder else Path(sys.prefix) / "spark-kafka" / "jars"
+    return sorted(where.glob("*.jar")) if where.is_dir() else []
 
 
 def local_session(
@@ -38,7 +59,8 @@ def local_session(
     Returns:
         The session (``SparkSession.builder.getOrCreate()``: an already running one is reused,
         and then the settings above are not applied again), with the bridge's data sources
-        registered.
+        registered and Spark's Kafka connector on its class path when its jars are found (see
+        :func:`kafka_connector_jars`).
 
     Raises:
         ValueError: if ``cores`` or ``shuffle_partitions`` is below 1.
@@ -52,8 +74,12 @@ def local_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 - pyspark is an optional extra
 
+    builder = SparkSession.builder
+    jars = kafka_connector_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
     session = (
-        SparkSession.builder.master(f"local[{cores}]")
+        builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
