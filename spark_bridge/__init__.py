@@ -10,6 +10,11 @@ Three PySpark Python data sources (no connector jar), registered with
 * ``purgatory-callbacks`` (source, batch and streaming): the callbacks topic -> rows of
   :data:`CALLBACKS_SCHEMA`, with per-partition offsets checkpointed by Spark.
 
+Or Spark's own Kafka connector (``format("kafka")``, the ``spark-sql-kafka-0-10`` jar), with
+column helpers that put purgatory's wire format on its rows: :func:`callbacks_from_kafka` (the
+connector's rows -> :data:`CALLBACKS_SCHEMA`) and :func:`signals_to_kafka` (rows -> ``key`` and
+``value``).
+
 Public names:
 
 * :func:`register_data_sources` -- registers the three formats with a session;
@@ -19,7 +24,13 @@ Public names:
 * :class:`Driver` -- the service seen from a driver, over HTTP: ``register``, ``signal``,
   ``wait_for`` (a barrier with its own deadline);
 * :class:`BarrierTimeoutError` -- ``wait_for`` ran out of its own timeout;
-* :func:`local_session` -- a ``local[N]`` session with the formats registered (examples, tests).
+* :func:`callbacks_from_kafka` -- the connector's rows of the callbacks topic -> rows of
+  :data:`CALLBACKS_SCHEMA` (batch and streaming);
+* :func:`signals_to_kafka` -- rows -> the connector's ``key`` and ``value``, one signal each;
+  a faulty row fails the write before its task sends anything;
+* :data:`KAFKA_CONNECTOR_PACKAGE` -- the connector's coordinate for ``spark.jars.packages``;
+* :func:`local_session` -- a ``local[N]`` session with the formats registered and the
+  connector's jars when found (examples, tests).
 
 The example jobs are :mod:`spark_bridge.examples`; :mod:`spark_bridge.demo`
 (``purgatory-pipeline``) runs them end to end with an embedded broker and the service. The
@@ -29,16 +40,20 @@ it.
 
 from spark_bridge._callbacks_source import SCHEMA as CALLBACKS_SCHEMA
 from spark_bridge._callbacks_source import dedupe
+from spark_bridge._connector import callbacks_from_kafka, signals_to_kafka
 from spark_bridge._driver import BarrierTimeoutError, Driver
-from spark_bridge._session import local_session, register_data_sources
+from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, local_session, register_data_sources
 from spark_bridge._writer import RowError
 
 __all__ = [
     "CALLBACKS_SCHEMA",
+    "KAFKA_CONNECTOR_PACKAGE",
     "BarrierTimeoutError",
     "Driver",
     "RowError",
+    "callbacks_from_kafka",
     "dedupe",
     "local_session",
     "register_data_sources",
+    "signals_to_kafka",
 ]

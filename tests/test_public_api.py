@@ -91,12 +91,15 @@ PUBLIC: dict[str, set[str]] = {
     },
     "spark_bridge": {
         "CALLBACKS_SCHEMA",
+        "KAFKA_CONNECTOR_PACKAGE",
         "BarrierTimeoutError",
         "Driver",
         "RowError",
+        "callbacks_from_kafka",
         "dedupe",
         "local_session",
         "register_data_sources",
+        "signals_to_kafka",
     },
 }
 

@@ -11,14 +11,11 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from purgatory.devtools.child import service_process
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -31,44 +28,10 @@ from spark_bridge.examples.inactivity import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from purgatory.devtools.broker import Broker
+    from tests.spark_bridge.conftest import Service
+
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-@dataclass(frozen=True)
-class Service:
-    url: str
-    servers: str
-    requests: str
-    signals: str
-    callbacks: str
-
-
-@pytest.fixture(scope="module")
-def service(
-    kafka_broker: Broker, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
-    tag = uuid.uuid4().hex[:6]
-    names = {
-        "PURGATORY_TOPIC_REQUESTS": f"requests-{tag}",
-        "PURGATORY_TOPIC_SIGNALS": f"signals-{tag}",
-        "PURGATORY_TOPIC_CALLBACKS": f"callbacks-{tag}",
-        "PURGATORY_TOPIC_DEAD_LETTERS": f"dead-{tag}",
-        "PURGATORY_TOPIC_CHANGELOG": f"changelog-{tag}",
-        "PURGATORY_TOPIC_SNAPSHOTS": f"snapshots-{tag}",
-        "PURGATORY_KAFKA_GROUP_ID": f"group-{tag}",
-    }
-    kafka_broker.create_topics({topic: 2 for name, topic in names.items() if "TOPIC" in name})
-    log = tmp_path_factory.mktemp("service") / "service.log"
-    with service_process(kafka_broker.bootstrap_servers, log, names) as child:
-        yield Service(
-            child.url,
-            kafka_broker.bootstrap_servers,
-            names["PURGATORY_TOPIC_REQUESTS"],
-            names["PURGATORY_TOPIC_SIGNALS"],
-            names["PURGATORY_TOPIC_CALLBACKS"],
-        )
 
 
 def _callbacks(spark: SparkSession, service: Service, scope: str) -> list[Any]:

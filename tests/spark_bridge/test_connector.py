@@ -1,0 +1,289 @@
+"""Spark's own Kafka connector with the bridge's column helpers, against the real service.
+
+The connector's jars come from ``make spark-kafka`` (``.ci/spark-kafka/pom.xml``); the session
+fixture's ``local_session`` puts them on ``spark.jars``. Each scenario runs on both brokers and
+is checked against the Python data sources on the same records, so both paths must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from purgatory._codec import Limits
+from purgatory._core import ConfigError
+from spark_bridge import callbacks_from_kafka, dedupe, signals_to_kafka
+from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, kafka_connector_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from purgatory.devtools.broker import Broker
+    from tests.spark_bridge.conftest import Service
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+# Spark's Kafka reader bounds each batch by ListOffsets' "latest", which the embedded broker
+# reports short of the real end after a batched produce (the purgatory-callbacks source probes
+# past it): there the connector's reader misses a topic's last batch until more records come.
+# Only a short read on that broker is an expected failure; a complete one is checked in full.
+def _on_tansu_the_connector_reader_stops_short(broker: Broker) -> None:
+    from purgatory.devtools.broker import EmbeddedBroker  # noqa: PLC0415
+
+    if isinstance(broker, EmbeddedBroker):
+        pytest.xfail("the embedded broker's ListOffsets lags the end of a batched produce")
+
+
+def _count_records(servers: str, topic: str) -> int:
+    """Every record of ``topic``, read from the start (not ListOffsets: see above)."""
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        count, quiet = 0, 0
+        while quiet < 3:  # bounded: three empty polls of 500 ms in a row end it
+            polled = consumer.poll(timeout_ms=500)
+            got = sum(len(records) for records in polled.values())
+            count, quiet = count + got, 0 if got else quiet + 1
+        return count
+    finally:
+        consumer.close()
+
+
+def test_the_connector_pom_pins_the_version_of_the_installed_pyspark() -> None:
+    import pyspark  # noqa: PLC0415
+
+    pom = (_ROOT / ".ci" / "spark-kafka" / "pom.xml").read_text()
+    pinned = re.search(r"<spark.version>([^<]+)</spark.version>", pom)
+    assert pinned is not None
+    assert pinned.group(1) == pyspark.__version__
+    assert KAFKA_CONNECTOR_PACKAGE.endswith(f":{pyspark.__version__}")
+    names = [jar.name for jar in kafka_connector_jars()]
+    assert f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
+
+
+def _register(spark: SparkSession, service: Service, scope: str, ops: int) -> None:
+    df = spark.createDataFrame(
+        [(f"op-{i}", [f"k{i}a", f"k{i}b"]) for i in range(ops)], "op_id string, keys array<string>"
+    )
+    df.write.format("purgatory-operations").mode("append") \
+        .option("bootstrap_servers", service.servers).option("topic", service.requests) \
+        .option("scope", scope).option("timeout_ms", "600000").save()  # fmt: skip
+
+
+def _raw(spark: SparkSession, servers: str, topic: str) -> DataFrame:
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+
+def _source_rows(spark: SparkSession, service: Service, scope: str) -> list[Any]:
+    return (
+        spark.read.format("purgatory-callbacks")
+        .option("bootstrap_servers", service.servers)
+        .option("topic", service.callbacks)
+        .option("scope", scope)
+        .load()
+        .collect()
+    )
+
+
+def _wait_for(probe: Any, want: int, spark: SparkSession) -> list[Any]:
+    rows: list[Any] = []
+    for _ in range(100):  # bounded: about 30 s
+        rows = probe()
+        if len(rows) >= want:
+            return rows
+        spark.sparkContext.parallelize([0]).count()  # a short pause that does Spark work
+    return rows
+
+
+def _comparable(row: Any) -> tuple[Any, ...]:
+    d = row.asDict()
+    d["signals"] = json.loads(d["signals"])
+    d["payload"] = None if d["payload"] is None else json.loads(d["payload"])
+    return tuple(sorted(d.items()))
+
+
+def test_connector_signals_complete_operations_and_its_callbacks_match_the_source(
+    spark: SparkSession, service: Service, kafka_broker: Broker
+) -> None:
+    scope = f"conn-{uuid.uuid4().hex[:6]}"
+    _register(spark, service, scope, 10)
+    events = spark.createDataFrame(
+        [(f"k{i}{x}", i, f'{{"n": {i}, "x": "{x}"}}') for i in range(8) for x in "ab"],
+        "key string, n int, payload string",
+    )
+    (signals_to_kafka(events, scope=scope, payload_column="payload")
+     .write.format("kafka").option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.signals).save())  # fmt: skip
+
+    def connector_rows() -> list[Any]:
+        rows = callbacks_from_kafka(_raw(spark, service.servers, service.callbacks))
+        return dedupe(rows.where(rows.scope == scope)).collect()
+
+    rows = _wait_for(connector_rows, 8, spark)
+    if len(rows) < 8:
+        _on_tansu_the_connector_reader_stops_short(kafka_broker)
+    assert sorted(r["op_id"] for r in rows) == sorted(f"op-{i}" for i in range(8))
+    for r in rows:
+        i = int(r["op_id"][3:])
+        assert r["outcome"] == "completed" and r["payload"] is None
+        assert json.loads(r["signals"]) == {
+            f"k{i}a": {"n": i, "x": "a"},
+            f"k{i}b": {"n": i, "x": "b"},
+        }
+    # The same records through the Python data source: the same rows, column for column.
+    source = _source_rows(spark, service, scope)
+    assert [f for f in rows[0].asDict()] == [f for f in source[0].asDict()]
+    assert sorted(map(_comparable, rows)) == sorted(map(_comparable, dedupe_rows(source)))
+
+
+def dedupe_rows(rows: list[Any]) -> list[Any]:
+    seen: dict[str, Any] = {}
+    for r in rows:
+        seen.setdefault(r["id"], r)
+    return list(seen.values())
+
+
+def test_a_streaming_connector_read_restarted_from_its_checkpoint_reads_each_callback_once(
+    spark: SparkSession, service: Service, tmp_path: Path, kafka_broker: Broker
+) -> None:
+    scope = f"stream-{uuid.uuid4().hex[:6]}"
+    _register(spark, service, scope, 6)
+    sink, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def signal(indices: range) -> None:
+        df = spark.createDataFrame([(f"k{i}{x}",) for i in indices for x in "ab"], "key string")
+        (signals_to_kafka(df, scope=scope).write.format("kafka")
+         .option("kafka.bootstrap.servers", service.servers)
+         .option("topic", service.signals).save())  # fmt: skip
+
+    def run_once() -> None:
+        raw = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", service.servers)
+            .option("subscribe", service.callbacks)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        rows = callbacks_from_kafka(raw)
+        query = (
+            dedupe(rows.where(rows.scope == scope))
+            .writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def written() -> list[Any]:
+        run_once()
+        return spark.read.parquet(str(sink)).collect() if any(sink.glob("*.parquet")) else []
+
+    signal(range(3))
+    first = _wait_for(written, 3, spark)
+    if len(first) < 3:
+        _on_tansu_the_connector_reader_stops_short(kafka_broker)
+    assert sorted(r["op_id"] for r in first) == ["op-0", "op-1", "op-2"]
+    signal(range(3, 6))
+    both = _wait_for(written, 6, spark)
+    if len(both) < 6:
+        _on_tansu_the_connector_reader_stops_short(kafka_broker)
+    assert sorted(r["op_id"] for r in both) == [f"op-{i}" for i in range(6)]  # each once
+
+
+def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_nothing(
+    spark: SparkSession, kafka_broker: Broker, topic: str
+) -> None:
+    good = [("s1", f"k{i}", '{"i": 1}') for i in range(200)]
+    rows = [*good[:150], ("s1", "", '{"i": 1}'), *good[150:]]  # an empty key, mid-task
+    df = spark.createDataFrame(rows, "scope string, key string, payload string").coalesce(1)
+    with pytest.raises(Exception, match="column 'key': must be a non-empty string") as caught:
+        (signals_to_kafka(df, payload_column="payload").write.format("kafka")
+         .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+         .option("topic", topic).save())  # fmt: skip
+    assert '"scope (option)"' not in str(caught.value)
+    assert '"key":""' in str(caught.value)  # the row is shown
+    assert _count_records(kafka_broker.bootstrap_servers, topic) == 0
+    for bad, message in (
+        (("s1", "k", "{not json"), "column 'payload': not JSON text"),
+        (("s1", "k" * 513, "1"), "column 'key': longer than 512 bytes"),
+        ((None, "k", "1"), "column 'scope': must be a non-empty string"),
+    ):
+        one = spark.createDataFrame([*good[:5], bad], "scope string, key string, payload string")
+        with pytest.raises(Exception, match=re.escape(message)):
+            (signals_to_kafka(one.coalesce(1), payload_column="payload").write.format("kafka")
+             .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+             .option("topic", topic).save())  # fmt: skip
+    assert _count_records(kafka_broker.bootstrap_servers, topic) == 0
+
+
+def test_signals_to_kafka_writes_the_wire_format_and_names_a_missing_column(
+    spark: SparkSession,
+) -> None:
+    df = spark.createDataFrame(
+        [("s", "k", 5, '{"a": [1, "é"]}'), ("s", "k2", None, None)],
+        "scope string, key string, at long, payload string",
+    )
+    out = signals_to_kafka(df, event_time_column="at", payload_column="payload").collect()
+    assert [r["key"] for r in out] == [b"s", b"s"]
+    values = sorted((json.loads(bytes(r["value"])) for r in out), key=lambda v: str(v["key"]))
+    assert values[0] == {
+        "v": 1, "type": "signal", "scope": "s", "key": "k", "event_time_ms": 5,
+        "payload": {"a": [1, "é"]},
+    }  # fmt: skip
+    assert values[1] == {"v": 1, "type": "signal", "scope": "s", "key": "k2"}
+    with pytest.raises(ConfigError, match="column 'table' \\(option 'key_column'\\)"):
+        signals_to_kafka(df, key_column="table")
+    with pytest.raises(ConfigError, match="column 'key' \\(option 'event_time_column'\\)"):
+        signals_to_kafka(df, event_time_column="key")
+    tight = signals_to_kafka(
+        df.limit(1), limits=Limits(max_payload_bytes=4), payload_column="payload"
+    )
+    with pytest.raises(Exception, match="larger than 4 bytes"):
+        tight.collect()
+
+
+def test_a_malformed_callback_fails_the_read_naming_its_offset_or_is_skipped(
+    spark: SparkSession, kafka_broker: Broker, topic: str
+) -> None:
+    good = {
+        "v": 1, "type": "callback", "op_id": "o", "scope": "s", "outcome": "expired",
+        "registered_ms": 1, "outcome_ms": 3, "deadline_ms": 3, "time_domain": "processing_time",
+        "sequence": 1, "partition": 0, "id": "0-1-0123456789abcdef", "keys": ["k"],
+        "missing": ["k"], "signals": {}, "payload": "text", "late": False,
+    }  # fmt: skip
+    values = [json.dumps(good), "garbage", json.dumps({**good, "outcome": "won"})]
+    df = spark.createDataFrame([(b"s", v.encode()) for v in values], "key binary, value binary")
+    df.coalesce(1).write.format("kafka") \
+        .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers) \
+        .option("topic", topic).save()  # fmt: skip
+    raw = _raw(spark, kafka_broker.bootstrap_servers, topic)
+    with pytest.raises(Exception, match=f"malformed callback at topic {topic} partition"):
+        callbacks_from_kafka(raw).collect()
+    kept = callbacks_from_kafka(raw, on_malformed="skip").collect()
+    assert len(kept) == 1
+    assert kept[0]["payload"] == '"text"' and kept[0]["signals"] == "{}"
+    assert kept[0]["input_partition"] == 0 and kept[0]["topic"] == topic
+    with pytest.raises(ConfigError, match="on_malformed"):
+        callbacks_from_kafka(raw, on_malformed="drop")
+    with pytest.raises(ConfigError, match="column 'offset'"):
+        callbacks_from_kafka(raw.select("value", "topic", "partition"))
