@@ -55,6 +55,7 @@ _POLL_TIMEOUT_MS = 100
 _CHANNEL_BATCHES = 4
 _FULL_CHANNEL_WAIT_S = 0.01
 _COMMIT_TIMEOUT_MS = 30_000
+_POLL_RETRY_S = 0.5  # after a poll that failed for a retriable reason (the broker away)
 _COUNTS_EVERY_POLLS = 10  # at most a second apart while idle (each poll waits at most 100 ms)
 
 
@@ -294,7 +295,7 @@ class _ConsumerThread:
     def _loop(self, consumer: Any, send: trio.MemorySendChannel[list[ConsumedRecord]]) -> None:
         while not self._stop.is_set():
             self._serve_commits(consumer, wait_s=None)
-            polled = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=self._max_batch)
+            polled = self.poll(consumer)
             batch: list[ConsumedRecord] = []
             for tp, records in polled.items():
                 epoch = self._epochs.get(tp, 0)
@@ -314,6 +315,24 @@ class _ConsumerThread:
                 consumer._coordinator.request_rejoin()  # the next poll joins the second round
             if batch and not self._deliver(consumer, send, batch):
                 return
+
+    def poll(self, consumer: Any) -> dict[Any, list[Any]]:
+        """One poll of ``consumer``. A retriable error (a refused connection while the broker
+        is away: kafka-python 3 lets a failed coordinator lookup escape ``poll``) is logged
+        and the poll comes back empty after a short wait, so the service rides out an outage
+        as it does when the error stays inside the client; any other error ends the source.
+        """
+        try:
+            polled: dict[Any, list[Any]] = consumer.poll(
+                timeout_ms=_POLL_TIMEOUT_MS, max_records=self._max_batch
+            )
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False):
+                raise
+            _log.warning("consumer_poll_failed", error=str(exc), retry_in_s=_POLL_RETRY_S)
+            self._stop.wait(_POLL_RETRY_S)
+            return {}
+        return polled
 
     def _deliver(
         self,
