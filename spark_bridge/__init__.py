@@ -28,6 +28,9 @@ Public names:
   :data:`CALLBACKS_SCHEMA` (batch and streaming);
 * :func:`signals_to_kafka` -- rows -> the connector's ``key`` and ``value``, one signal each;
   a faulty row fails the write before its task sends anything;
+* :func:`operations_to_kafka` -- rows -> ``key`` and ``value``, one registration each (timers
+  re-arm), checked as :func:`signals_to_kafka`;
+* :func:`watermarks_to_kafka` -- rows -> each scope's event-time watermark, to write after them;
 * :data:`KAFKA_CONNECTOR_PACKAGE` -- the connector's coordinate for ``spark.jars.packages``;
 * :func:`local_session` -- a ``local[N]`` session with the formats registered and the
   connector's jars when found (examples, tests).
@@ -40,7 +43,12 @@ it.
 
 from spark_bridge._callbacks_source import SCHEMA as CALLBACKS_SCHEMA
 from spark_bridge._callbacks_source import dedupe
-from spark_bridge._connector import callbacks_from_kafka, signals_to_kafka
+from spark_bridge._connector import (
+    callbacks_from_kafka,
+    operations_to_kafka,
+    signals_to_kafka,
+    watermarks_to_kafka,
+)
 from spark_bridge._driver import BarrierTimeoutError, Driver
 from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, local_session, register_data_sources
 from spark_bridge._writer import RowError
@@ -54,6 +62,8 @@ __all__ = [
     "callbacks_from_kafka",
     "dedupe",
     "local_session",
+    "operations_to_kafka",
     "register_data_sources",
     "signals_to_kafka",
+    "watermarks_to_kafka",
 ]

@@ -61,7 +61,12 @@ from purgatory._core.engine.validate import MAX_TIME_MS
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["callbacks_from_kafka", "signals_to_kafka"]
+__all__ = [
+    "callbacks_from_kafka",
+    "operations_to_kafka",
+    "signals_to_kafka",
+    "watermarks_to_kafka",
+]
 
 _FORMAT_VERSION = 1
 _ERROR = "_purgatory_error"
@@ -231,6 +236,13 @@ def _ms_column(df: DataFrame, option: str, column: str) -> Column:
     )
 
 
+def _int_column(df: DataFrame, column: str) -> Column:
+    kind = _column_type(df, column, column)
+    if not isinstance(kind, (LongType, IntegerType, ShortType)):
+        raise ConfigError(f"column {column!r} must be an integer, got {kind.simpleString()}")
+    return F.col(column).cast("long")
+
+
 def _payload_column(df: DataFrame, column: str) -> tuple[Column, Column]:
     """(the payload as a variant, null when the row has none; the fault check's condition
     for JSON text that does not parse)."""
@@ -378,4 +390,235 @@ def signals_to_kafka(
         fault=_first(*checks),
         row=F.to_json(F.struct(*shown)),
         what="signals",
+    )
+
+
+def _text_checks(
+    column: Column, name: str, most_bytes: int, limit: str
+) -> list[tuple[Column, str]]:
+    return [
+        (F.coalesce(column, F.lit("")) == "", f"column {name!r}: must be a non-empty string"),
+        (
+            F.octet_length(column) > most_bytes,
+            f"column {name!r}: longer than {most_bytes} bytes ({limit})",
+        ),
+    ]
+
+
+def _scope(df: DataFrame, scope: str | None, scope_column: str) -> tuple[Column, str]:
+    """The scope's column (or the keyword's value) and the name errors give it."""
+    if scope is not None:
+        if not scope:
+            raise ConfigError("option 'scope' must be a non-empty string")
+        return F.lit(scope), "scope (option)"
+    return _text_column(df, "scope_column", scope_column), scope_column
+
+
+def _choice(
+    df: DataFrame, name: str, fixed: str | None, default: str, allowed: tuple[str, ...]
+) -> Column:
+    """A field from its column when ``df`` has one, else from ``fixed``, else ``default``."""
+    if name in df.columns:
+        if fixed is not None:
+            raise ConfigError(f"column {name!r} and option {name!r} exclude each other: give one")
+        return _text_column(df, name, name)
+    value = fixed if fixed is not None else default
+    if value not in allowed:
+        raise ConfigError(f"option {name!r} must be one of {', '.join(allowed)}, got {value!r}")
+    return F.lit(value)
+
+
+def _keys_checks(keys: Column, limits: Limits) -> list[tuple[Column, str]]:
+    return [
+        (keys.isNull(), "column 'keys': must be an array of strings (empty: a timer)"),
+        (
+            F.size(keys) > limits.max_keys_per_operation,
+            f"column 'keys': more than {limits.max_keys_per_operation} keys "
+            "(max_keys_per_operation)",
+        ),
+        (
+            F.exists(keys, lambda k: F.coalesce(k, F.lit("")) == ""),
+            "column 'keys': every key must be a non-empty string",
+        ),
+        (
+            F.exists(keys, lambda k: F.octet_length(k) > limits.max_key_bytes),
+            f"column 'keys': a key is longer than {limits.max_key_bytes} bytes (max_key_bytes)",
+        ),
+        (F.size(F.array_distinct(keys)) != F.size(keys), "column 'keys': a key is repeated"),
+    ]
+
+
+def _deadline_checks(domain: Column, deadline: Column, timeout: Column) -> list[tuple[Column, str]]:
+    return [
+        (
+            deadline.isNull() & timeout.isNull(),
+            "column 'deadline_ms': one of deadline_ms or timeout_ms is required",
+        ),
+        (
+            deadline.isNotNull() & timeout.isNotNull(),
+            "column 'timeout_ms': not allowed together with deadline_ms",
+        ),
+        (
+            (deadline < 0) | (deadline > MAX_TIME_MS),
+            f"column 'deadline_ms': not in [0, {MAX_TIME_MS}]",
+        ),
+        (
+            (timeout < 0) | (timeout > MAX_TIME_MS),
+            f"column 'timeout_ms': not in [0, {MAX_TIME_MS}]",
+        ),
+        (
+            timeout.isNotNull() & (domain != "processing_time"),
+            "column 'timeout_ms': only allowed with time_domain processing_time",
+        ),
+    ]
+
+
+def _count_checks(condition: Column, count: Column, keys: Column) -> list[tuple[Column, str]]:
+    return [
+        (~condition.isin("all", "any", "count"), "column 'condition': must be all, any or count"),
+        (
+            (condition == "count") & (count.isNull() | (count < 1) | (count > F.size(keys))),
+            "column 'count': must be an integer in [1, the number of keys] with condition count",
+        ),
+        (
+            (condition != "count") & count.isNotNull(),
+            "column 'count': only allowed with condition count",
+        ),
+        (
+            (F.size(keys) == 0) & (condition != "all"),
+            "column 'condition': must be all for an operation without keys (a timer)",
+        ),
+    ]
+
+
+def operations_to_kafka(
+    df: DataFrame,
+    *,
+    scope: str | None = None,
+    condition: str | None = None,
+    timeout_ms: int | None = None,
+    time_domain: str | None = None,
+    limits: Limits | None = None,
+) -> DataFrame:
+    """``key`` and ``value`` columns holding one registration per row of ``df``, for the
+    requests topic.
+
+    A field is read from the column of its name when ``df`` has one (``op_id``, ``scope``,
+    ``keys``, ``condition``, ``count``, ``deadline_ms``, ``timeout_ms``, ``time_domain``,
+    ``payload``), else from its keyword, else it takes the record's default (no keys: a timer;
+    ``condition`` all; ``time_domain`` processing_time). ``deadline_ms`` may be a timestamp or
+    an integer of milliseconds; ``payload`` JSON text, a struct, a map or an array. Each row
+    needs exactly one of a deadline or a timeout. As :func:`signals_to_kafka`, a faulty row
+    fails the write naming its column and showing the row, before its task sends anything.
+
+    A timer registered again under its op_id with another deadline is re-armed (one inactivity
+    timer per entity); registrations are otherwise idempotent, so a retried write is harmless.
+
+    Raises:
+        ConfigError: ``op_id`` is missing, a column has a type no field takes, or a keyword
+            conflicts with a column of the same name (naming it).
+    """
+    limits = limits if limits is not None else Limits()
+    op_id = _text_column(df, "op_id", "op_id")
+    scope_col, scope_name = _scope(df, scope, "scope")
+    keys = F.col("keys") if "keys" in df.columns else F.array().cast("array<string>")
+    if "keys" in df.columns:
+        kind = _column_type(df, "keys", "keys")
+        if not (isinstance(kind, ArrayType) and isinstance(kind.elementType, StringType)):
+            raise ConfigError(
+                f"column 'keys' must be an array of strings, got {kind.simpleString()}"
+            )
+    cond = _choice(df, "condition", condition, "all", ("all", "any", "count"))
+    domain = _choice(
+        df, "time_domain", time_domain, "processing_time", ("processing_time", "event_time")
+    )
+    count = _int_column(df, "count") if "count" in df.columns else F.lit(None).cast("long")
+    deadline = (
+        _ms_column(df, "deadline_ms", "deadline_ms")
+        if "deadline_ms" in df.columns
+        else F.lit(None).cast("long")
+    )
+    if "timeout_ms" in df.columns and timeout_ms is not None:
+        raise ConfigError(
+            "column 'timeout_ms' and option 'timeout_ms' exclude each other: give one"
+        )
+    timeout = (
+        _int_column(df, "timeout_ms")
+        if "timeout_ms" in df.columns
+        else F.lit(timeout_ms).cast("long")
+    )
+    fields = [
+        F.lit(_FORMAT_VERSION).alias("v"),
+        F.lit("register").alias("type"),
+        op_id.alias("op_id"),
+        scope_col.alias("scope"),
+        keys.alias("keys"),
+        cond.alias("condition"),
+        count.alias("count"),
+        deadline.alias("deadline_ms"),
+        timeout.alias("timeout_ms"),
+        domain.alias("time_domain"),
+    ]
+    checks = [
+        *_text_checks(op_id, "op_id", limits.max_op_id_bytes, "max_op_id_bytes"),
+        *_text_checks(scope_col, scope_name, limits.max_scope_bytes, "max_scope_bytes"),
+        *_keys_checks(keys, limits),
+        *_count_checks(cond, count, keys),
+        (
+            ~domain.isin("processing_time", "event_time"),
+            "column 'time_domain': must be processing_time or event_time",
+        ),
+        *_deadline_checks(domain, deadline, timeout),
+    ]
+    shown = [F.col(name) for name in df.columns if name != "payload"]
+    if "payload" in df.columns:
+        payload_fields, payload_checks, _ = _optional_fields(df, None, "payload", limits)
+        fields += payload_fields
+        checks += payload_checks
+    return _fail_before_sending(
+        df,
+        F.encode(scope_col, "UTF-8"),
+        F.to_json(F.struct(*fields)),
+        fault=_first(*checks),
+        row=F.to_json(F.struct(*shown)) if shown else F.lit("{}"),
+        what="operations",
+    )
+
+
+def watermarks_to_kafka(
+    df: DataFrame,
+    *,
+    event_time_column: str,
+    delay_ms: int = 0,
+    scope: str | None = None,
+    scope_column: str = "scope",
+) -> DataFrame:
+    """``key`` and ``value`` columns holding each scope's watermark: the latest event time of
+    ``df``'s rows in that scope, less ``delay_ms`` (scopes whose result is below 0 send none).
+
+    Write them after the rows they follow, to the topic those went to (the signals topic after
+    signals, the requests topic after registrations), for example in ``foreachBatch``: the
+    service applies a scope's watermark once the records before it on the scope's partition are
+    applied, and a watermark that goes backward is a no-op there.
+
+    Raises:
+        ConfigError: a column is missing or of a type that is not an event time, or
+            ``delay_ms`` is negative.
+    """
+    if delay_ms < 0:
+        raise ConfigError(f"delay_ms must be >= 0, got {delay_ms}")
+    scope_col, _ = _scope(df, scope, scope_column)
+    ms = _ms_column(df, "event_time_column", event_time_column)
+    latest = df.groupBy(scope_col.alias("scope")).agg((F.max(ms) - delay_ms).alias("watermark_ms"))
+    record = F.struct(
+        F.lit(_FORMAT_VERSION).alias("v"),
+        F.lit("watermark").alias("type"),
+        F.col("scope"),
+        F.col("watermark_ms"),
+    )
+    return latest.where(
+        F.col("scope").isNotNull() & (F.col("scope") != "") & (F.col("watermark_ms") >= 0)
+    ).select(
+        F.encode(F.col("scope"), "UTF-8").alias("key"),
+        F.to_json(record).cast("binary").alias("value"),
     )

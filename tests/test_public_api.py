@@ -98,8 +98,10 @@ PUBLIC: dict[str, set[str]] = {
         "callbacks_from_kafka",
         "dedupe",
         "local_session",
+        "operations_to_kafka",
         "register_data_sources",
         "signals_to_kafka",
+        "watermarks_to_kafka",
     },
 }
 

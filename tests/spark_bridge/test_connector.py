@@ -15,9 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from purgatory._codec import Limits
-from purgatory._core import ConfigError
-from spark_bridge import callbacks_from_kafka, dedupe, signals_to_kafka
+from purgatory._codec import (
+    Limits,
+    RegisterRequest,
+    WatermarkRecord,
+    decode_request,
+    decode_signal,
+)
+from purgatory._core import Condition, ConfigError, TimeDomain
+from spark_bridge import (
+    callbacks_from_kafka,
+    dedupe,
+    operations_to_kafka,
+    signals_to_kafka,
+    watermarks_to_kafka,
+)
 from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, kafka_connector_jars
 
 if TYPE_CHECKING:
@@ -287,3 +299,104 @@ def test_a_malformed_callback_fails_the_read_naming_its_offset_or_is_skipped(
         callbacks_from_kafka(raw, on_malformed="drop")
     with pytest.raises(ConfigError, match="column 'offset'"):
         callbacks_from_kafka(raw.select("value", "topic", "partition"))
+
+
+def test_operations_to_kafka_writes_what_the_service_decodes_and_names_each_fault(
+    spark: SparkSession,
+) -> None:
+    df = spark.createDataFrame(
+        [
+            ("a", "s", ["k1", "k2"], "count", 1, None, 5_000, None, '{"x": 1}'),
+            ("b", "s", [], "all", None, 9_000, None, "event_time", None),
+        ],
+        "op_id string, scope string, keys array<string>, condition string, count int, "
+        "deadline_ms long, timeout_ms long, time_domain string, payload string",
+    )
+    rows = operations_to_kafka(df).collect()
+    assert [bytes(r["key"]) for r in rows] == [b"s", b"s"]  # keyed by the scope
+    decoded = sorted((decode_request(bytes(r["value"])) for r in rows), key=lambda r: r.op_id)
+    assert decoded == [
+        RegisterRequest(
+            op_id="a", scope="s", keys=("k1", "k2"), condition=Condition.COUNT, count=1,
+            timeout_ms=5_000, payload='{"x":1}',
+        ),
+        RegisterRequest(
+            op_id="b", scope="s", keys=(), deadline_ms=9_000, time_domain=TimeDomain.EVENT_TIME,
+        ),
+    ]  # fmt: skip
+    base = "'a' AS op_id, 's' AS scope, array('k') AS keys, 1000L AS timeout_ms"
+    for change, message in (
+        ("'' AS op_id", "column 'op_id': must be a non-empty string"),
+        ("array('k', 'k') AS keys", "column 'keys': a key is repeated"),
+        ("array('k', '') AS keys", "column 'keys': every key must be a non-empty string"),
+        ("'most' AS condition", "column 'condition': must be all, any or count"),
+        ("'count' AS condition", "column 'count': must be an integer in [1, the number of keys]"),
+        ("CAST(NULL AS BIGINT) AS timeout_ms", "one of deadline_ms or timeout_ms is required"),
+        ("'event_time' AS time_domain", "'timeout_ms': only allowed with time_domain processing"),
+    ):
+        name = change.rsplit(" AS ", 1)[1]
+        columns = [c for c in base.split(", ") if not c.endswith(f" AS {name}")] + [change]
+        bad = spark.sql("SELECT " + ", ".join(columns))
+        with pytest.raises(Exception, match=re.escape(message)):
+            operations_to_kafka(bad).collect()
+    with pytest.raises(ConfigError, match="column 'op_id'"):
+        operations_to_kafka(df.drop("op_id"))
+    with pytest.raises(ConfigError, match="exclude each other"):
+        operations_to_kafka(df, condition="any")
+
+
+def test_watermarks_to_kafka_sends_each_scopes_latest_event_time_less_the_delay(
+    spark: SparkSession,
+) -> None:
+    df = spark.createDataFrame(
+        [("s1", 10_000), ("s1", 40_000), ("s2", 500), ("s2", None)], "scope string, at long"
+    )
+    rows = watermarks_to_kafka(df, event_time_column="at", delay_ms=1_000).collect()
+    decoded = sorted((decode_signal(bytes(r["value"])) for r in rows), key=str)
+    assert decoded == [WatermarkRecord("s1", 39_000)]  # s2's would be below 0: none
+    assert [bytes(r["key"]) for r in rows] == [b"s1"]
+    with pytest.raises(ConfigError, match="delay_ms"):
+        watermarks_to_kafka(df, event_time_column="at", delay_ms=-1)
+
+
+def test_a_barrier_through_the_connector_completes_or_expires_naming_the_missing_key(
+    spark: SparkSession, service: Service
+) -> None:
+    scope = f"barrier-{uuid.uuid4().hex[:6]}"
+    ops = spark.createDataFrame(
+        [("done", ["in/a", "in/b"], 600_000), ("late", ["in/a", "in/c"], 3_000)],
+        "op_id string, keys array<string>, timeout_ms long",
+    )
+    (operations_to_kafka(ops, scope=scope).write.format("kafka")
+     .option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.requests).save())  # fmt: skip
+    signals = spark.createDataFrame([("in/a",), ("in/b",)], "key string")
+    (signals_to_kafka(signals, scope=scope).write.format("kafka")
+     .option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.signals).save())  # fmt: skip
+    rows = _wait_for(lambda: _source_rows(spark, service, scope), 2, spark)
+    by_op = {r["op_id"]: r for r in rows}
+    assert by_op["done"]["outcome"] == "completed"
+    assert by_op["late"]["outcome"] == "expired"
+    assert by_op["late"]["missing"] == ["in/c"]
+
+
+def test_event_time_timers_fire_on_the_watermark_written_through_the_connector(
+    spark: SparkSession, service: Service
+) -> None:
+    scope = f"clicks-{uuid.uuid4().hex[:6]}"
+    timers = spark.createDataFrame(
+        [("session/alice", 1_030_000), ("session/bob", 1_090_000)],
+        "op_id string, deadline_ms long",
+    )
+    (operations_to_kafka(timers, scope=scope, time_domain="event_time").write.format("kafka")
+     .option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.requests).save())  # fmt: skip
+    events = spark.createDataFrame([(scope, 1_050_000)], "scope string, at long")
+    (watermarks_to_kafka(events, event_time_column="at").write.format("kafka")
+     .option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.requests).save())  # fmt: skip
+    rows = _wait_for(lambda: _source_rows(spark, service, scope), 1, spark)
+    assert [(r["op_id"], r["outcome"], r["deadline_ms"]) for r in rows] == [
+        ("session/alice", "expired", 1_030_000)
+    ]  # bob's deadline is past the watermark: still pending
