@@ -491,6 +491,35 @@ def _count_checks(condition: Column, count: Column, keys: Column) -> list[tuple[
     ]
 
 
+def _keys_column(df: DataFrame) -> Column:
+    """The ``keys`` column, or no keys (a timer) when ``df`` has none."""
+    if "keys" not in df.columns:
+        return F.array().cast("array<string>")
+    kind = _column_type(df, "keys", "keys")
+    if not (isinstance(kind, ArrayType) and isinstance(kind.elementType, StringType)):
+        raise ConfigError(f"column 'keys' must be an array of strings, got {kind.simpleString()}")
+    return F.col("keys")
+
+
+def _deadline_columns(df: DataFrame, timeout_ms: int | None) -> tuple[Column, Column]:
+    """(deadline_ms, timeout_ms): each from its column, the timeout else from the keyword."""
+    deadline = (
+        _ms_column(df, "deadline_ms", "deadline_ms")
+        if "deadline_ms" in df.columns
+        else F.lit(None).cast("long")
+    )
+    if "timeout_ms" in df.columns and timeout_ms is not None:
+        raise ConfigError(
+            "column 'timeout_ms' and option 'timeout_ms' exclude each other: give one"
+        )
+    timeout = (
+        _int_column(df, "timeout_ms")
+        if "timeout_ms" in df.columns
+        else F.lit(timeout_ms).cast("long")
+    )
+    return deadline, timeout
+
+
 def operations_to_kafka(
     df: DataFrame,
     *,
@@ -521,32 +550,13 @@ def operations_to_kafka(
     limits = limits if limits is not None else Limits()
     op_id = _text_column(df, "op_id", "op_id")
     scope_col, scope_name = _scope(df, scope, "scope")
-    keys = F.col("keys") if "keys" in df.columns else F.array().cast("array<string>")
-    if "keys" in df.columns:
-        kind = _column_type(df, "keys", "keys")
-        if not (isinstance(kind, ArrayType) and isinstance(kind.elementType, StringType)):
-            raise ConfigError(
-                f"column 'keys' must be an array of strings, got {kind.simpleString()}"
-            )
+    keys = _keys_column(df)
     cond = _choice(df, "condition", condition, "all", ("all", "any", "count"))
     domain = _choice(
         df, "time_domain", time_domain, "processing_time", ("processing_time", "event_time")
     )
     count = _int_column(df, "count") if "count" in df.columns else F.lit(None).cast("long")
-    deadline = (
-        _ms_column(df, "deadline_ms", "deadline_ms")
-        if "deadline_ms" in df.columns
-        else F.lit(None).cast("long")
-    )
-    if "timeout_ms" in df.columns and timeout_ms is not None:
-        raise ConfigError(
-            "column 'timeout_ms' and option 'timeout_ms' exclude each other: give one"
-        )
-    timeout = (
-        _int_column(df, "timeout_ms")
-        if "timeout_ms" in df.columns
-        else F.lit(timeout_ms).cast("long")
-    )
+    deadline, timeout = _deadline_columns(df, timeout_ms)
     fields = [
         F.lit(_FORMAT_VERSION).alias("v"),
         F.lit("register").alias("type"),
