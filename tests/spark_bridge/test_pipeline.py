@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from purgatory.devtools.broker import EmbeddedBroker
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -28,6 +29,7 @@ from spark_bridge.examples.inactivity import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from purgatory.devtools.broker import Broker
     from tests.spark_bridge.conftest import Service
 
 
@@ -111,14 +113,16 @@ def test_spark_registers_and_signals_and_reads_exactly_the_completed_callbacks(
         assert json.loads(row["signals"]) == {f"k{i}a": {"n": i}, f"k{i}b": {"n": i}}
 
 
+@pytest.mark.parametrize("connector", [False, True], ids=["data-sources", "connector"])
 def test_the_barrier_example_proceeds_when_complete_and_names_the_missing_key_when_not(
-    spark: SparkSession, service: Service, tmp_path: Path
+    spark: SparkSession, service: Service, tmp_path: Path, connector: bool
 ) -> None:
     run = f"r{uuid.uuid4().hex[:6]}"
     lines: list[str] = []
     common: dict[str, Any] = {
         "bootstrap_servers": service.servers, "service_url": service.url,
         "work_dir": tmp_path, "signals_topic": service.signals, "show": lines.append,
+        "connector": connector,
     }  # fmt: skip
     done = run_barrier(spark, run=f"{run}-1", **common)
     assert done.proceeded
@@ -141,8 +145,10 @@ def _logical(rows: list[Any]) -> list[tuple[Any, ...]]:
 
 
 def test_event_time_sessions_follow_the_rule_and_a_replay_gives_the_same_callbacks(
-    spark: SparkSession, service: Service, tmp_path: Path
+    spark: SparkSession, service: Service, tmp_path: Path, kafka_broker: Broker
 ) -> None:
+    """The first run goes through the data sources, the replay through Spark's Kafka connector
+    (its reads too, except on the embedded broker: see docs/spark.md): the same sessions."""
     expected = expected_sessions(EVENTS, gap_ms=30_000, delay_ms=0, base_ms=BASE_MS)
     assert [s.entity for s in expected] == ["alice", "alice", "carol", "carol"]
     runs: list[tuple[list[Session], list[tuple[Any, ...]]]] = []
@@ -151,7 +157,8 @@ def test_event_time_sessions_follow_the_rule_and_a_replay_gives_the_same_callbac
         result = run_inactivity(
             spark, bootstrap_servers=service.servers, work_dir=tmp_path / str(replay),
             scope=scope, requests_topic=service.requests, callbacks_topic=service.callbacks,
-            show=lambda _: None,
+            show=lambda _: None, connector=replay == 1,
+            read_connector=replay == 1 and not isinstance(kafka_broker, EmbeddedBroker),
         )  # fmt: skip
         assert result.sessions == expected
         runs.append((result.sessions, _logical(_callbacks(spark, service, scope))))
