@@ -128,9 +128,12 @@ bench-scale: $(STAMP)
 bench-delivery: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_delivery --out docs
 
-## The Spark bridge through the real broker and the service; writes docs/bench-spark.json.
-bench-spark: $(STAMP)
-	$(BIN)/python -m tests.benchmarks.bench_spark
+## The Spark bridge through the real brokers and the service, Spark's Kafka connector beside the
+## Python data sources and one kafka-python process: on Tansu (docs/bench-spark.json), then on
+## Apache Kafka (docs/bench-spark-kafka.json); about ten minutes.
+bench-spark: $(STAMP) $(SPARK_KAFKA_STAMP) $(KAFKA_STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_spark --out docs
+	$(BIN)/python -m tests.benchmarks.bench_spark --broker kafka --out docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

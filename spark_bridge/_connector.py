@@ -147,13 +147,23 @@ def callbacks_from_kafka(df: DataFrame, *, on_malformed: str = "fail") -> DataFr
         raise ConfigError(f"on_malformed must be fail or skip, got {on_malformed!r}")
     _need(df, ("value", "topic", "partition", "offset"), "the Kafka connector's")
     c = F.from_json(F.col("value").cast("string"), _WIRE)
-    tombstone = F.when(F.col("value").isNull(), F.lit("null value (a tombstone), not a callback"))
+    # Parsed once in a projection of its own: the checks read its fields many times, and a
+    # from_json inlined into each reference would parse the record again for each.
     parsed = df.select(
         F.col("topic"),
         F.col("partition"),
         F.col("offset"),
+        F.col("value").isNull().alias("_nil"),
         c.alias("c"),
-        F.coalesce(tombstone, _callback_fault(c)).alias(_ERROR),
+    ).select(
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("c"),
+        F.coalesce(
+            F.when(F.col("_nil"), F.lit("null value (a tombstone), not a callback")),
+            _callback_fault(F.col("c")),
+        ).alias(_ERROR),
     )
     if on_malformed == "skip":
         checked = parsed.where(F.col(_ERROR).isNull())
@@ -243,20 +253,30 @@ def _int_column(df: DataFrame, column: str) -> Column:
     return F.col(column).cast("long")
 
 
-def _payload_column(df: DataFrame, column: str) -> tuple[Column, Column]:
-    """(the payload as a variant, null when the row has none; the fault check's condition
-    for JSON text that does not parse)."""
+_PAYLOAD = "_purgatory_payload"
+
+
+def _with_payload(df: DataFrame, column: str) -> DataFrame:
+    """``df`` with its payload parsed once into a variant column of its own (the value and two
+    checks read it: parsed inline, each would parse the text again)."""
     kind = _column_type(df, "payload_column", column)
-    source = F.col(column)
     if isinstance(kind, StringType):
-        parsed = F.try_parse_json(source)
-        return parsed, source.isNotNull() & parsed.isNull()
+        return df.withColumn(_PAYLOAD, F.try_parse_json(F.col(column)))
     if isinstance(kind, (StructType, MapType, ArrayType)):
-        return F.parse_json(F.to_json(source)), F.lit(False)
+        return df.withColumn(_PAYLOAD, F.parse_json(F.to_json(F.col(column))))
     raise ConfigError(
         f"column {column!r} (option 'payload_column') must be a string of JSON text, a struct, "
         f"a map or an array, got {kind.simpleString()}"
     )
+
+
+def _payload_column(df: DataFrame, column: str) -> tuple[Column, Column]:
+    """(the payload as a variant, null when the row has none; the fault check's condition for
+    JSON text that does not parse), from ``df`` as :func:`_with_payload` made it."""
+    parsed = F.col(_PAYLOAD)
+    if isinstance(_column_type(df, "payload_column", column), StringType):
+        return parsed, F.col(column).isNotNull() & parsed.isNull()
+    return parsed, F.lit(False)
 
 
 def _fail_before_sending(
@@ -347,6 +367,8 @@ def signals_to_kafka(
     limits = limits if limits is not None else Limits()
     if scope is not None and not scope:
         raise ConfigError("option 'scope' must be a non-empty string")
+    if payload_column is not None:
+        df = _with_payload(df, payload_column)
     scope_col = (
         F.lit(scope) if scope is not None else _text_column(df, "scope_column", scope_column)
     )
@@ -582,6 +604,7 @@ def operations_to_kafka(
     ]
     shown = [F.col(name) for name in df.columns if name != "payload"]
     if "payload" in df.columns:
+        df = _with_payload(df, "payload")
         payload_fields, payload_checks, _ = _optional_fields(df, None, "payload", limits)
         fields += payload_fields
         checks += payload_checks

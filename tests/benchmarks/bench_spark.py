@@ -1,7 +1,8 @@
 """The Spark bridge on a real local Spark: signals written, callbacks read, latency (harness).
 
 ``python -m tests.benchmarks.bench_spark [--rows N] [--callbacks M] [--ops K] [--quick]
-[--out DIR]`` starts one embedded broker (Tansu) and one local Spark (``local[2]``, from
+[--broker tansu|kafka] [--out DIR]`` starts one broker (the embedded Tansu by default, or Apache
+Kafka) and one local Spark (``local[2]``, from
 :func:`spark_bridge.local_session`) in this process, and measures the bridge's three paths, each
 beside a baseline in the same run: the same volume through plain kafka-python from this one
 Python process, with the clients' settings the bridge uses, so the difference is what Spark
@@ -68,13 +69,15 @@ from typing import TYPE_CHECKING, Any
 
 import kafka
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user reads
 
 from purgatory._codec import SignalRecord, decode_callback, encode_callback, encode_signal
 from purgatory._core import Outcome, OutcomeKind, TimeDomain
 from purgatory.client import PurgatoryClient, operation
-from purgatory.devtools.broker import EmbeddedBroker
+from purgatory.devtools.broker import Broker
 from purgatory.devtools.child import service_process
-from spark_bridge import local_session
+from purgatory.devtools.dev_broker import describe, open_dev_broker
+from spark_bridge import callbacks_from_kafka, local_session, signals_to_kafka
 from spark_bridge._callbacks_source import _FETCH_WAIT_MS, _POLL_MS, _probe_ends, _settings
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 
@@ -123,6 +126,7 @@ class SparkBenchConfig:
     trigger_ms: int = 100
     repeats: int = 3
     streaming: bool = True
+    connector: bool = True
 
 
 FULL = SparkBenchConfig(rows=200_000, callbacks=200_000, ops=200)
@@ -222,7 +226,7 @@ def _median(values: Sequence[float]) -> float:
 # -- Kafka helpers ------------------------------------------------------------------------------
 
 
-def _topic(broker: EmbeddedBroker, prefix: str) -> str:
+def _topic(broker: Broker, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     broker.create_topics({name: _PARTITIONS})
     return name
@@ -243,7 +247,12 @@ def _consumer(servers: str, **options: Any) -> Any:
 
 
 def topic_size(servers: str, topic: str, timeout_s: float = 30.0) -> int:
-    """Records in ``topic`` (fresh, so offsets start at 0): the sum of its high watermarks.
+    """Records in ``topic`` (fresh, so offsets start at 0): the sum of its high watermarks."""
+    return sum(topic_ends(servers, topic, timeout_s).values())
+
+
+def topic_ends(servers: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """Each partition's end (its high watermark) in ``topic``, fresh (offsets start at 0).
 
     The broker's ListOffsets answer may lag the real end (see :mod:`purgatory.devtools.broker`),
     so each partition is read forward from it until a fetch response says where the end is.
@@ -268,7 +277,7 @@ def topic_size(servers: str, topic: str, timeout_s: float = 30.0) -> int:
                 high, position = consumer.highwater(tp), consumer.position(tp)
                 if tp not in ends and high is not None and position >= high:
                     ends[tp] = int(high)
-        return sum(ends[tp] - int(first[tp]) for tp in tps)
+        return {tp.partition: ends[tp] - int(first[tp]) for tp in tps}
     finally:
         consumer.close()
 
@@ -289,6 +298,23 @@ def _write_signals(df: DataFrame, servers: str, topic: str, **options: str) -> N
     for name, value in options.items():
         writer = writer.option(name, value)
     writer.save()
+
+
+def _write_connector(df: DataFrame, servers: str, topic: str, *, checked: bool = True) -> None:
+    """Signals through Spark's Kafka connector: ``signals_to_kafka`` (``checked``), or the same
+    records with no row checks (what the checks and their per-task sort cost)."""
+    if checked:
+        out = signals_to_kafka(df)
+    else:
+        record = F.struct(
+            F.lit(1).alias("v"), F.lit("signal").alias("type"), F.col("scope"), F.col("key")
+        )
+        out = df.select(
+            F.encode("scope", "UTF-8").alias("key"), F.to_json(record).cast("binary").alias("value")
+        )
+    out.write.format("kafka").option("kafka.bootstrap.servers", servers).option(
+        "topic", topic
+    ).save()
 
 
 def _await(query: Any, what: str) -> None:
@@ -331,7 +357,7 @@ def _stream_signals(spark: SparkSession, servers: str, topic: str, files: Path, 
 
 def bench_signals(
     spark: SparkSession,
-    broker: EmbeddedBroker,
+    broker: Broker,
     config: SparkBenchConfig,
     work: Path,
     say: Callable[[str], None],
@@ -350,6 +376,18 @@ def bench_signals(
         _write_signals(df, servers, topic)
         batch.append((time.perf_counter() - start, topic_size(servers, topic)))
     results = [_rate("signals written", "Spark batch: df.write purgatory-signals save()", n, batch)]
+    if config.connector:
+        _write_connector(_signal_rows(spark, _WARMUP_RECORDS), servers, _topic(broker, "warm"))
+        for checked, label in ((True, "signals_to_kafka"), (False, "no row checks")):
+            runs: list[tuple[float, int]] = []
+            for run in range(config.repeats):
+                say(f"signals written: Spark's Kafka connector ({label}), {n} rows, run {run + 1}")
+                topic = _topic(broker, "signals-connector")
+                start = time.perf_counter()
+                _write_connector(df, servers, topic, checked=checked)
+                runs.append((time.perf_counter() - start, topic_size(servers, topic)))
+            path = f"Spark batch through the connector: {label}, df.write kafka save()"
+            results.append(_rate("signals written", path, n, runs))
 
     if config.streaming:
         warm_source, source = work / "warm-signal-files", work / "signal-files"
@@ -455,6 +493,31 @@ def _read_callbacks(spark: SparkSession, servers: str, topic: str) -> int:
     )
 
 
+def _connector_callbacks(
+    spark: SparkSession, servers: str, topic: str, ends: dict[int, int]
+) -> tuple[DataFrame, int]:
+    """``callbacks_from_kafka`` over the connector's batch read of ``topic`` up to ``ends``
+    (given exactly: the embedded broker's ListOffsets lags), and the records it covers."""
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
+        .load()
+    )
+    return callbacks_from_kafka(raw), sum(ends.values())
+
+
+def _read_callbacks_connector(
+    spark: SparkSession, servers: str, topic: str, ends: dict[int, int]
+) -> int:
+    """Every column of every row computed (the ``noop`` sink); the records covered."""
+    rows, covered = _connector_callbacks(spark, servers, topic, ends)
+    rows.write.format("noop").mode("overwrite").save()
+    return covered
+
+
 def _stream_callbacks(spark: SparkSession, servers: str, topic: str, checkpoint: Path) -> int:
     query: Any = (
         spark.readStream.format("purgatory-callbacks")
@@ -468,7 +531,7 @@ def _stream_callbacks(spark: SparkSession, servers: str, topic: str, checkpoint:
 
 def bench_callbacks(
     spark: SparkSession,
-    broker: EmbeddedBroker,
+    broker: Broker,
     config: SparkBenchConfig,
     work: Path,
     say: Callable[[str], None],
@@ -502,6 +565,24 @@ def bench_callbacks(
             "callbacks read", "Spark batch: read purgatory-callbacks load().count()", m, spark_batch
         )
     ]
+    if config.connector:
+        ends, warm_ends = topic_ends(servers, topic), topic_ends(servers, warm)
+        rows, covered = _connector_callbacks(spark, servers, topic, ends)
+        if rows.count() != m or covered != m:  # once, untimed: every record became a row
+            raise RuntimeError(f"callbacks_from_kafka: {rows.count()} rows of {covered}, not {m}")
+        _read_callbacks_connector(spark, servers, warm, warm_ends)
+        connector = timed(
+            lambda _: _read_callbacks_connector(spark, servers, topic, ends),
+            "Spark's Kafka connector, callbacks_from_kafka -> noop",
+        )
+        results.append(
+            _rate(
+                "callbacks read",
+                "Spark batch through the connector: callbacks_from_kafka -> noop",
+                m,
+                connector,
+            )
+        )
     if config.streaming:
         stream = timed(
             lambda run: _stream_callbacks(
@@ -829,7 +910,7 @@ def _kafka_latency(
 
 def bench_latency(
     spark: SparkSession,
-    broker: EmbeddedBroker,
+    broker: Broker,
     config: SparkBenchConfig,
     work: Path,
     say: Callable[[str], None],
@@ -987,19 +1068,24 @@ def render(report: SparkReport, command: str) -> str:
 
 
 def run_spark_benchmarks(
-    config: SparkBenchConfig, *, progress: Callable[[str], None] | None = None
+    config: SparkBenchConfig,
+    *,
+    progress: Callable[[str], None] | None = None,
+    broker_kind: str = "tansu",
 ) -> SparkReport:
-    """Run every measurement of ``config`` on a broker and a local Spark started here."""
+    """Run every measurement of ``config`` on a broker (``tansu``, embedded, or ``kafka``,
+    Apache Kafka) and a local Spark started here."""
     say = progress or (lambda _message: None)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        broker = stack.enter_context(EmbeddedBroker())
+        broker = stack.enter_context(open_dev_broker(broker_kind))
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-")))
-        say(f"broker at {broker.bootstrap_servers}; starting Spark local[2]")
+        say(f"broker: {describe(broker_kind, broker)}; starting Spark local[2]")
         spark = local_session(cores=2, app_name="purgatory-bench-spark")
         stack.callback(spark.stop)
         machine: dict[str, str | int] = {**machine_info(), **_versions(spark)}
         machine["loadavg_at_start"] = _loadavg()
+        machine["broker"] = describe(broker_kind, broker)
         signals = bench_signals(spark, broker, config, work, say)
         callbacks = bench_callbacks(spark, broker, config, work, say)
         latency, phases = bench_latency(spark, broker, config, work, say)
@@ -1044,6 +1130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trigger-ms", type=int, help="the reader's trigger (default 100)")
     parser.add_argument("--repeats", type=int, help="runs per rate (default 3)")
     parser.add_argument("--no-streaming", action="store_true", help="skip the streaming variants")
+    parser.add_argument(
+        "--broker",
+        choices=("tansu", "kafka"),
+        default="tansu",
+        help="the broker: embedded Tansu (default) or Apache Kafka (after make kafka)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs"), help="output directory")
     args = parser.parse_args(argv)
     base = QUICK if args.quick else FULL
@@ -1064,9 +1156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"... {message}", file=sys.stderr, flush=True)
 
     with quiet_kafka_warnings():
-        report = run_spark_benchmarks(config, progress=progress)
+        report = run_spark_benchmarks(config, progress=progress, broker_kind=args.broker)
     print(render(report, command))
-    out = args.out / "bench-spark.json"
+    out = args.out / ("bench-spark.json" if args.broker == "tansu" else "bench-spark-kafka.json")
     write_json(report, out, command)
     print(f"Wrote {out}")
     return 0
