@@ -23,7 +23,9 @@ and the first field at fault (``on_malformed="skip"`` drops it instead). ``signa
 text may differ in number spelling and in escaping).
 
 Writing: each ``*_to_kafka`` helper returns ``key`` (the scope in UTF-8, which is the key the
-service requires) and ``value`` (the record), ready for ``write[Stream].format("kafka")``.
+service requires) and ``value`` (the record), ready for ``write.format("kafka")``; a stream
+writes each micro-batch so in ``writeStream.foreachBatch`` (a streaming DataFrame is refused:
+Spark sorts no stream, and the sort below is what keeps a faulty task from sending).
 A row that cannot become a record fails the write with the column and the row named, and the
 task that holds it publishes nothing: the connector sends rows as it reads them, so the helper
 first sorts each task's rows with the faulty ones in front (``sortWithinPartitions`` on the
@@ -279,11 +281,22 @@ def _payload_column(df: DataFrame, column: str) -> tuple[Column, Column]:
     return parsed, F.lit(False)
 
 
+def _refuse_stream(df: DataFrame, what: str) -> None:
+    """A stream is written per micro-batch, in ``foreachBatch``: Spark sorts no stream, and
+    without the sort a faulty row could fail its task after others of it were sent."""
+    if df.isStreaming:
+        raise ConfigError(
+            f"purgatory {what}: a streaming DataFrame cannot be checked before it is sent (Spark "
+            "sorts no stream); call this in writeStream.foreachBatch, on each micro-batch"
+        )
+
+
 def _fail_before_sending(
     df: DataFrame, key: Column, value: Column, *, fault: Column, row: Column, what: str
 ) -> DataFrame:
     """``key`` and ``value`` of each row of ``df``, the rows of each task that has a fault
     sorted in front and ``value`` raising on the first of them (so that task sends nothing)."""
+    _refuse_stream(df, what)
     staged = df.select(
         key.alias("key"), value.alias("value"), fault.alias(_ERROR), row.alias("_purgatory_row")
     )
@@ -344,7 +357,8 @@ def signals_to_kafka(
     """``key`` and ``value`` columns holding one signal per row of ``df``.
 
     Args:
-        df: the rows to signal (batch or streaming).
+        df: the rows to signal: a batch DataFrame; for a stream, each micro-batch in
+            ``writeStream.foreachBatch`` (a streaming DataFrame is refused).
         scope: the scope of every row; otherwise each row's ``scope_column``.
         scope_column: the string column of the scope (when ``scope`` is None).
         key_column: the string column of the watch key.
@@ -357,7 +371,7 @@ def signals_to_kafka(
 
     Returns:
         A DataFrame of ``key`` (binary: the scope) and ``value`` (binary: the signal record),
-        for ``write[Stream].format("kafka").option("topic", <the signals topic>)``.
+        for ``write.format("kafka").option("topic", <the signals topic>)``.
 
     Raises:
         ConfigError: a column is missing or of a type that cannot be a signal's field (naming
@@ -365,14 +379,9 @@ def signals_to_kafka(
             column and showing the row.
     """
     limits = limits if limits is not None else Limits()
-    if scope is not None and not scope:
-        raise ConfigError("option 'scope' must be a non-empty string")
     if payload_column is not None:
         df = _with_payload(df, payload_column)
-    scope_col = (
-        F.lit(scope) if scope is not None else _text_column(df, "scope_column", scope_column)
-    )
-    scope_name = "scope (option)" if scope is not None else scope_column
+    scope_col, scope_name = _scope(df, scope, scope_column)
     key_col = _text_column(df, "key_column", key_column)
     fields = [
         F.lit(_FORMAT_VERSION).alias("v"),
@@ -380,23 +389,9 @@ def signals_to_kafka(
         scope_col.alias("scope"),
         key_col.alias("key"),
     ]
-    checks: list[tuple[Column, str]] = [
-        (
-            F.coalesce(scope_col, F.lit("")) == "",
-            f"column {scope_name!r}: must be a non-empty string",
-        ),
-        (
-            F.octet_length(scope_col) > limits.max_scope_bytes,
-            f"column {scope_name!r}: longer than {limits.max_scope_bytes} bytes (max_scope_bytes)",
-        ),
-        (
-            F.coalesce(key_col, F.lit("")) == "",
-            f"column {key_column!r}: must be a non-empty string",
-        ),
-        (
-            F.octet_length(key_col) > limits.max_key_bytes,
-            f"column {key_column!r}: longer than {limits.max_key_bytes} bytes (max_key_bytes)",
-        ),
+    checks = [
+        *_text_checks(scope_col, scope_name, limits.max_scope_bytes, "max_scope_bytes"),
+        *_text_checks(key_col, key_column, limits.max_key_bytes, "max_key_bytes"),
     ]
     shown = [scope_col.alias(scope_name), key_col.alias(key_column)]
     extra_fields, extra_checks, extra_shown = _optional_fields(
@@ -640,6 +635,7 @@ def watermarks_to_kafka(
     """
     if delay_ms < 0:
         raise ConfigError(f"delay_ms must be >= 0, got {delay_ms}")
+    _refuse_stream(df, "watermarks")
     scope_col, _ = _scope(df, scope, scope_column)
     ms = _ms_column(df, "event_time_column", event_time_column)
     latest = df.groupBy(scope_col.alias("scope")).agg((F.max(ms) - delay_ms).alias("watermark_ms"))

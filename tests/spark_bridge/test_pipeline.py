@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from purgatory._core import ConfigError
 from purgatory.devtools.broker import EmbeddedBroker
+from spark_bridge import signals_to_kafka
 from spark_bridge.examples.barrier import run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
@@ -166,8 +168,9 @@ def test_event_time_sessions_follow_the_rule_and_a_replay_gives_the_same_callbac
     assert len(runs[0][1]) == len(expected)  # one callback per closed session
 
 
+@pytest.mark.parametrize("connector", [False, True], ids=["data-sources", "connector"])
 def test_a_bad_row_fails_its_micro_batch_and_a_restart_loses_nothing(
-    spark: SparkSession, service: Service, tmp_path: Path
+    spark: SparkSession, service: Service, tmp_path: Path, connector: bool
 ) -> None:
     scope = f"retry-{uuid.uuid4().hex[:6]}"
     source = tmp_path / "in"
@@ -179,9 +182,24 @@ def test_a_bad_row_fails_its_micro_batch_and_a_restart_loses_nothing(
         os.utime(path, (mtime, mtime))
 
     def start() -> Any:
+        rows = spark.readStream.schema("key string").option("maxFilesPerTrigger", 1) \
+            .json(str(source))  # fmt: skip
+        if connector:  # a stream goes through the connector one micro-batch at a time
+            with pytest.raises(ConfigError, match="foreachBatch"):
+                signals_to_kafka(rows, scope=scope)
+
+            def write(batch: Any, _batch_id: int) -> None:
+                signals_to_kafka(batch, scope=scope).write.format("kafka") \
+                    .option("kafka.bootstrap.servers", service.servers) \
+                    .option("topic", service.signals).save()  # fmt: skip
+
+            return (
+                rows.writeStream.foreachBatch(write)
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(availableNow=True).start()
+            )  # fmt: skip
         return (
-            spark.readStream.schema("key string").option("maxFilesPerTrigger", 1)
-            .json(str(source)).writeStream.format("purgatory-signals")
+            rows.writeStream.format("purgatory-signals")
             .option("bootstrap_servers", service.servers).option("topic", service.signals)
             .option("scope", scope)
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
