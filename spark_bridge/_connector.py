@@ -298,9 +298,16 @@ def _fail_before_sending(
     sorted in front and ``value`` raising on the first of them (so that task sends nothing)."""
     _refuse_stream(df, what)
     staged = df.select(
-        key.alias("key"), value.alias("value"), fault.alias(_ERROR), row.alias("_purgatory_row")
+        key.alias("key"),
+        value.alias("value"),
+        fault.alias(_ERROR),
+        row.alias("_purgatory_row"),
+        F.monotonically_increasing_id().alias("_purgatory_order"),
     )
-    ordered = staged.sortWithinPartitions(F.col(_ERROR).isNull())
+    # The faulty rows first, then the rest in the order they came: a merge of spilled runs
+    # would otherwise be free to reorder equal keys (and a timer re-armed twice in one task
+    # must keep its last deadline).
+    ordered = staged.sortWithinPartitions(F.col(_ERROR).isNull(), F.col("_purgatory_order"))
     message = F.concat(
         F.lit(f"purgatory {what}: "),
         F.col(_ERROR),

@@ -404,3 +404,53 @@ def test_event_time_timers_fire_on_the_watermark_written_through_the_connector(
     assert [(r["op_id"], r["outcome"], r["deadline_ms"]) for r in rows] == [
         ("session/alice", "expired", 1_030_000)
     ]  # bob's deadline is past the watermark: still pending
+
+
+def _read_in_order(servers: str, topic: str) -> list[bytes]:
+    """The values of a topic of one partition, in offset order (read until quiet)."""
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values: list[bytes] = []
+        quiet = 0
+        while quiet < 3:  # bounded: three empty polls of 500 ms in a row end it
+            got = consumer.poll(timeout_ms=500).get(tp, [])
+            values += [r.value for r in got]
+            quiet = 0 if got else quiet + 1
+        return values
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("position", [0, 20, 39], ids=["start", "middle", "end"])
+def test_a_bad_registration_anywhere_in_a_task_fails_it_with_nothing_sent(
+    spark: SparkSession, kafka_broker: Broker, position: int
+) -> None:
+    topic = f"one-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics({topic: 1})
+    rows: list[tuple[str, list[str | None], int]]
+    rows = [(f"op-{i}", [f"k{i}"], 60_000) for i in range(40)]
+    rows[position] = (f"op-{position}", [f"k{position}", None], 60_000)  # a null watch key
+    df = spark.createDataFrame(rows, "op_id string, keys array<string>, timeout_ms long")
+    with pytest.raises(Exception, match="column 'keys': every key must be a non-empty string"):
+        (operations_to_kafka(df.coalesce(1), scope="s").write.format("kafka")
+         .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+         .option("topic", topic).save())  # fmt: skip
+    assert _read_in_order(kafka_broker.bootstrap_servers, topic) == []
+
+
+def test_a_good_task_is_sent_whole_and_in_order(spark: SparkSession, kafka_broker: Broker) -> None:
+    topic = f"one-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics({topic: 1})
+    # One timer re-armed three times in one task: the last deadline must be the last record.
+    rows = [("session/a", 1_000 + i) for i in range(3)] + [(f"op-{i}", 5_000) for i in range(37)]
+    df = spark.createDataFrame(rows, "op_id string, deadline_ms long").coalesce(1)
+    (operations_to_kafka(df, scope="s").write.format("kafka")
+     .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+     .option("topic", topic).save())  # fmt: skip
+    sent = [decode_request(v) for v in _read_in_order(kafka_broker.bootstrap_servers, topic)]
+    assert [(r.op_id, r.deadline_ms) for r in sent] == rows  # type: ignore[union-attr]
