@@ -46,3 +46,31 @@ def read_records(servers: str, topic: str, count: int, timeout_s: float = 20.0) 
         return records
     finally:
         consumer.close()
+
+
+SENTINEL = b"sentinel"
+
+
+def left_on(servers: str, topic: str, timeout_s: float = 20.0) -> list[bytes]:
+    """The values on ``topic``, read up to a sentinel produced now (one partition: in order)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
+
+    producer = KafkaProducer(bootstrap_servers=servers)
+    try:
+        producer.send(topic, value=SENTINEL).get(timeout=timeout_s)
+    finally:
+        producer.close(timeout=5)
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s  # noqa: TID251 - a bound on a real broker
+        while SENTINEL not in values and time.monotonic() < deadline:  # noqa: TID251
+            for batch in consumer.poll(timeout_ms=200).values():
+                values.extend(record.value for record in batch)
+    finally:
+        consumer.close()
+    assert SENTINEL in values, f"no sentinel on {topic!r} after {values!r}"
+    return values[: values.index(SENTINEL) + 1]

@@ -8,14 +8,13 @@ to it shows everything the write left on the topic.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 
 from purgatory._codec import SignalRecord, decode_signal
-from tests.spark_bridge._support import failure, writer
+from tests.spark_bridge._support import SENTINEL, failure, left_on, writer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +27,6 @@ ROWS = 40
 POSITIONS = {"start": 0, "middle": ROWS // 2, "end": ROWS - 1}
 # Small enough that the rows after the first few are spooled to a file before the bad one.
 BUDGET = {"stage_memory_bytes": "1000"}
-SENTINEL = b"sentinel"
 
 
 @pytest.fixture
@@ -46,31 +44,6 @@ def signals(spark: SparkSession, bad_at: int | None) -> DataFrame:
 def operations(spark: SparkSession, bad_at: int) -> DataFrame:
     rows = [(f"op-{i}", ["ready", None if i == bad_at else f"key-{i}"]) for i in range(ROWS)]
     return spark.createDataFrame(rows, "op_id string, keys array<string>").coalesce(1)
-
-
-def left_on(servers: str, topic: str, timeout_s: float = 20.0) -> list[bytes]:
-    """The values on ``topic``, read up to a sentinel produced now (one partition: in order)."""
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
-
-    producer = KafkaProducer(bootstrap_servers=servers)
-    try:
-        producer.send(topic, value=SENTINEL).get(timeout=timeout_s)
-    finally:
-        producer.close(timeout=5)
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
-    try:
-        partition = TopicPartition(topic, 0)
-        consumer.assign([partition])
-        consumer.seek_to_beginning(partition)
-        values: list[bytes] = []
-        deadline = time.monotonic() + timeout_s  # noqa: TID251 - a bound on a real broker
-        while SENTINEL not in values and time.monotonic() < deadline:  # noqa: TID251
-            for batch in consumer.poll(timeout_ms=200).values():
-                values.extend(record.value for record in batch)
-    finally:
-        consumer.close()
-    assert SENTINEL in values, f"no sentinel on {topic!r} after {values!r}"
-    return values[: values.index(SENTINEL) + 1]
 
 
 @pytest.mark.parametrize("where", list(POSITIONS))

@@ -31,6 +31,7 @@ from spark_bridge import (
     watermarks_to_kafka,
 )
 from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, kafka_connector_jars
+from tests.spark_bridge._support import SENTINEL, left_on
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,25 +53,6 @@ def _on_tansu_the_connector_reader_stops_short(broker: Broker) -> None:
 
     if isinstance(broker, EmbeddedBroker):
         pytest.xfail("the embedded broker's ListOffsets lags the end of a batched produce")
-
-
-def _count_records(servers: str, topic: str) -> int:
-    """Every record of ``topic``, read from the start (not ListOffsets: see above)."""
-    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
-
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        count, quiet = 0, 0
-        while quiet < 3:  # bounded: three empty polls of 500 ms in a row end it
-            polled = consumer.poll(timeout_ms=500)
-            got = sum(len(records) for records in polled.values())
-            count, quiet = count + got, 0 if got else quiet + 1
-        return count
-    finally:
-        consumer.close()
 
 
 def test_the_connector_pom_pins_the_version_of_the_installed_pyspark() -> None:
@@ -227,8 +209,10 @@ def test_a_streaming_connector_read_restarted_from_its_checkpoint_reads_each_cal
 
 
 def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_nothing(
-    spark: SparkSession, kafka_broker: Broker, topic: str
+    spark: SparkSession, kafka_broker: Broker
 ) -> None:
+    topic = f"one-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics({topic: 1})  # one partition: read in order up to a sentinel
     good = [("s1", f"k{i}", '{"i": 1}') for i in range(200)]
     rows = [*good[:150], ("s1", "", '{"i": 1}'), *good[150:]]  # an empty key, mid-task
     df = spark.createDataFrame(rows, "scope string, key string, payload string").coalesce(1)
@@ -238,7 +222,9 @@ def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_noth
          .option("topic", topic).save())  # fmt: skip
     assert '"scope (option)"' not in str(caught.value)
     assert '"key":""' in str(caught.value)  # the row is shown
-    assert _count_records(kafka_broker.bootstrap_servers, topic) == 0
+    assert left_on(kafka_broker.bootstrap_servers, topic) == [SENTINEL]
+    topic = f"one-{uuid.uuid4().hex[:8]}"  # a fresh one: the first now ends at its sentinel
+    kafka_broker.create_topics({topic: 1})
     for bad, message in (
         (("s1", "k", "{not json"), "column 'payload': not JSON text"),
         (("s1", "k" * 513, "1"), "column 'key': longer than 512 bytes"),
@@ -249,7 +235,7 @@ def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_noth
             (signals_to_kafka(one.coalesce(1), payload_column="payload").write.format("kafka")
              .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
              .option("topic", topic).save())  # fmt: skip
-    assert _count_records(kafka_broker.bootstrap_servers, topic) == 0
+    assert left_on(kafka_broker.bootstrap_servers, topic) == [SENTINEL]
 
 
 def test_signals_to_kafka_writes_the_wire_format_and_names_a_missing_column(
@@ -406,26 +392,6 @@ def test_event_time_timers_fire_on_the_watermark_written_through_the_connector(
     ]  # bob's deadline is past the watermark: still pending
 
 
-def _read_in_order(servers: str, topic: str) -> list[bytes]:
-    """The values of a topic of one partition, in offset order (read until quiet)."""
-    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
-
-    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        values: list[bytes] = []
-        quiet = 0
-        while quiet < 3:  # bounded: three empty polls of 500 ms in a row end it
-            got = consumer.poll(timeout_ms=500).get(tp, [])
-            values += [r.value for r in got]
-            quiet = 0 if got else quiet + 1
-        return values
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize("position", [0, 20, 39], ids=["start", "middle", "end"])
 def test_a_bad_registration_anywhere_in_a_task_fails_it_with_nothing_sent(
     spark: SparkSession, kafka_broker: Broker, position: int
@@ -440,7 +406,7 @@ def test_a_bad_registration_anywhere_in_a_task_fails_it_with_nothing_sent(
         (operations_to_kafka(df.coalesce(1), scope="s").write.format("kafka")
          .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
          .option("topic", topic).save())  # fmt: skip
-    assert _read_in_order(kafka_broker.bootstrap_servers, topic) == []
+    assert left_on(kafka_broker.bootstrap_servers, topic) == [SENTINEL]
 
 
 def test_a_good_task_is_sent_whole_and_in_order(spark: SparkSession, kafka_broker: Broker) -> None:
@@ -452,5 +418,5 @@ def test_a_good_task_is_sent_whole_and_in_order(spark: SparkSession, kafka_broke
     (operations_to_kafka(df, scope="s").write.format("kafka")
      .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
      .option("topic", topic).save())  # fmt: skip
-    sent = [decode_request(v) for v in _read_in_order(kafka_broker.bootstrap_servers, topic)]
+    sent = [decode_request(v) for v in left_on(kafka_broker.bootstrap_servers, topic)[:-1]]
     assert [(r.op_id, r.deadline_ms) for r in sent] == rows  # type: ignore[union-attr]
