@@ -45,6 +45,7 @@ class Service:
     requests: str
     signals: str
     callbacks: str
+    dead_letters: str
 
 
 @pytest.fixture(scope="module")
@@ -70,4 +71,5 @@ def service(  # one service process per test module, on topics of its own
             names["PURGATORY_TOPIC_REQUESTS"],
             names["PURGATORY_TOPIC_SIGNALS"],
             names["PURGATORY_TOPIC_CALLBACKS"],
+            names["PURGATORY_TOPIC_DEAD_LETTERS"],
         )

@@ -31,7 +31,7 @@ from spark_bridge import (
     watermarks_to_kafka,
 )
 from spark_bridge._session import KAFKA_CONNECTOR_PACKAGE, kafka_connector_jars
-from tests.spark_bridge._support import SENTINEL, left_on
+from tests.spark_bridge._support import SENTINEL, left_on, read_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -390,6 +390,51 @@ def test_event_time_timers_fire_on_the_watermark_written_through_the_connector(
     assert [(r["op_id"], r["outcome"], r["deadline_ms"]) for r in rows] == [
         ("session/alice", "expired", 1_030_000)
     ]  # bob's deadline is past the watermark: still pending
+
+
+def test_records_written_past_the_helpers_are_dead_lettered_and_the_rest_goes_on(
+    spark: SparkSession, service: Service
+) -> None:
+    """A user's own ``to_json`` reaches the service unchecked: what it cannot read is
+    dead-lettered with the reason and the field, and the good records beside it still count."""
+    scope = f"raw-{uuid.uuid4().hex[:6]}"
+    ops = spark.createDataFrame(
+        [("op", ["in/a", "in/b"], 600_000)], "op_id string, keys array<string>, timeout_ms long"
+    )
+    (operations_to_kafka(ops, scope=scope).write.format("kafka")
+     .option("kafka.bootstrap.servers", service.servers)
+     .option("topic", service.requests).save())  # fmt: skip
+    signal = {"v": 1, "type": "signal", "scope": scope}
+    values = [
+        json.dumps({**signal, "key": "in/a"}),
+        "{not json",
+        json.dumps(signal),  # no watch key
+        json.dumps({**signal, "key": "in/b", "payload": "x" * 100_000}),  # payload > 64 KiB
+        json.dumps({**signal, "key": "in/b"}),
+    ]
+    raw = spark.createDataFrame(
+        [(scope.encode(), v.encode()) for v in values], "key binary, value binary"
+    )
+    raw.coalesce(1).write.format("kafka").option("kafka.bootstrap.servers", service.servers) \
+        .option("topic", service.signals).save()  # fmt: skip
+    rows = _wait_for(lambda: _source_rows(spark, service, scope), 1, spark)
+    assert [(r["op_id"], r["outcome"]) for r in rows] == [("op", "completed")]
+    mine: list[dict[str, Any]] = []
+    for _ in range(20):  # bounded: the topic is the module's, so read until this scope's three
+        records = read_records(service.servers, service.dead_letters, 10_000, timeout_s=1.0)
+        mine = [d for d in map(json.loads, (r.value for r in records)) if d["key"] == scope]
+        if len(mine) >= 3:
+            break
+    mine.sort(key=lambda d: d["offset"])
+    assert [(d["field"], d["topic"], d["value_bytes"]) for d in mine] == [
+        (None, service.signals, len(values[1])),
+        ("key", service.signals, len(values[2])),
+        ("payload", service.signals, len(values[3])),
+    ]
+    assert mine[0]["reason"].startswith("(record): not valid JSON")
+    assert mine[1]["reason"] == "key: required field is missing"
+    assert mine[2]["reason"] == "payload: at most 65536 bytes of JSON, got 100002"
+    assert mine[2]["truncated"] and len(mine[2]["value"]) < len(values[3])
 
 
 @pytest.mark.parametrize("position", [0, 20, 39], ids=["start", "middle", "end"])
