@@ -1,8 +1,8 @@
-"""A small client for purgatory's HTTP API: blocking and trio flavours with the same methods.
+"""A small client for purgatory's HTTP API: blocking and async flavours with the same methods.
 
 * :class:`PurgatoryClient` -- the blocking client (``register``, ``register_many``, ``get``,
   ``wait``, ``cancel``, ``pending``, ``signal``, ``signals``, ``watermark``);
-* :class:`AsyncPurgatoryClient` -- the same methods for trio;
+* :class:`AsyncPurgatoryClient` -- the same methods, awaited under trio or asyncio;
 * :func:`operation` -- the body of one registration, for ``register_many``;
 * :class:`ApiError` -- the service answered an error: its ``status`` and the ``field`` named.
 

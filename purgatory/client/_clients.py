@@ -1,7 +1,9 @@
-"""The Python clients of the HTTP API (client concept: sync and trio transports).
+"""The Python clients of the HTTP API (client concept: a blocking and an async transport).
 
-``PurgatoryClient`` blocks (httpx.Client); ``AsyncPurgatoryClient`` runs under trio
-(httpx.AsyncClient, which anyio drives on trio). Both send the calls built by
+``PurgatoryClient`` blocks (httpx.Client); ``AsyncPurgatoryClient`` is loop-neutral: it runs
+under trio (the service's own tests and tools) and under asyncio (Airflow's triggerer, Jupyter),
+because httpx.AsyncClient and the client's own clock and pauses go through anyio, which asks
+the running loop. Both send the calls built by
 :mod:`purgatory.client._requests`; a transport failure becomes :class:`TransportError`, an error
 answer :class:`ApiError` naming the field.
 
@@ -21,11 +23,11 @@ try.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+import anyio
 import httpx
-import trio
 
 from purgatory._core import TransportError
 from purgatory.client._requests import (
@@ -156,7 +158,10 @@ class PurgatoryClient:
 
 
 class AsyncPurgatoryClient:
-    """The same client for trio (``async with AsyncPurgatoryClient(...) as client``)."""
+    """The same client for trio or asyncio (``async with AsyncPurgatoryClient(...) as client``).
+
+    It binds to no event loop when made: each call runs on the loop that awaits it.
+    """
 
     def __init__(
         self,
@@ -167,6 +172,8 @@ class AsyncPurgatoryClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._timeout_s = timeout_s
+        self._clock: Callable[[], float] = anyio.current_time  # tests replace both
+        self._sleep: Callable[[float], Awaitable[None]] = anyio.sleep
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=_headers(token), timeout=timeout_s, transport=transport
         )
@@ -182,7 +189,7 @@ class AsyncPurgatoryClient:
         await self._http.aclose()
 
     async def _run(self, call: Call, *, extra_s: float = 0.0) -> Any:
-        tries = Tries(trio.current_time(), self._timeout_s)
+        tries = Tries(self._clock(), self._timeout_s)
         while True:
             try:
                 response = await self._http.request(
@@ -190,10 +197,10 @@ class AsyncPurgatoryClient:
                 )
             except httpx.HTTPError as exc:
                 raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
-            pause = tries.pause(response.status_code, response.headers, trio.current_time())
+            pause = tries.pause(response.status_code, response.headers, self._clock())
             if pause is None:
                 return answer(response.status_code, response.content)
-            await trio.sleep(pause)
+            await self._sleep(pause)
 
     async def register(self, **spec: Any) -> Any:
         """Register one operation."""

@@ -1,6 +1,6 @@
 """What each API call sends and how its answer is read (client concept: the calls, sans-IO).
 
-Both clients (:mod:`purgatory.client._sync` and :mod:`purgatory.client._trio`) build their
+Both clients (:mod:`purgatory.client._clients`, blocking and async) build their
 requests here and read answers here, so the two differ only in how bytes travel.
 """
 

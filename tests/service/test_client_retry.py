@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 import trio
@@ -124,3 +126,46 @@ async def test_the_trio_client_marks_its_retries_the_same_way(
     async with AsyncPurgatoryClient("http://api", timeout_s=10, transport=transport) as client:
         await client.cancel("s", "o")
     assert marks == [None, "1"]
+
+
+class _AsyncVirtualTime(_VirtualTime):
+    async def pause(self, seconds: float) -> None:
+        self.sleep(seconds)
+        await asyncio.sleep(0)  # still a checkpoint of the loop
+
+
+def test_the_async_client_retries_under_asyncio_too() -> None:
+    """The triggerer of Airflow runs asyncio: the same client, the same retries and marks."""
+    calls: list[str] = []
+    marks: list[str | None] = []
+    time = _AsyncVirtualTime()
+
+    async def main() -> tuple[object, object]:
+        client = AsyncPurgatoryClient("http://api", timeout_s=10, transport=_service(3, calls))
+        client._clock, client._sleep = time.clock, time.pause
+        async with client:
+            first = await client.register(scope="s", op_id="o", timeout_ms=1_000)
+        transport = _answers([{"Purgatory-Applied": "maybe"}, None], marks)
+        async with AsyncPurgatoryClient("http://api", timeout_s=10, transport=transport) as other:
+            other._clock, other._sleep = time.clock, time.pause
+            second = await other.cancel("s", "o")
+        return first, second
+
+    assert asyncio.run(main()) == ({"status": "pending"}, {"status": "pending"})
+    assert len(calls) == 4 and time.slept == [1.0, 1.0, 1.0, 1.0]
+    assert marks == [None, "1"]
+
+
+def test_the_async_client_gives_up_under_asyncio_when_its_timeout_is_spent() -> None:
+    calls: list[str] = []
+    time = _AsyncVirtualTime()
+
+    async def main() -> None:
+        client = AsyncPurgatoryClient("http://api", timeout_s=2.5, transport=_service(99, calls))
+        client._clock, client._sleep = time.clock, time.pause
+        async with client:
+            await client.get("s", "o")
+
+    with pytest.raises(ApiError) as info:
+        asyncio.run(main())
+    assert info.value.status == 503 and len(calls) == 3 and time.slept == [1.0, 1.0]
