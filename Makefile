@@ -69,6 +69,23 @@ $(SPARK_KAFKA_STAMP): $(SPARK_KAFKA_POM)
 	mvn -q -B -f $(SPARK_KAFKA_POM) dependency:copy-dependencies -DoutputDirectory=$(abspath $(SPARK_KAFKA_JARS))
 	touch $(SPARK_KAFKA_STAMP)
 
+## Apache Airflow for the tests of purgatory.airflow (tests/airflow): a venv of its own, since
+## Airflow pins much of what the service uses; pinned by .ci/airflow/constraints.txt, with this
+## project installed editable on the `airflow` extra (its provider entry point included).
+AIRFLOW_VENV := .venv-airflow
+AIRFLOW_CONSTRAINTS := .ci/airflow/constraints.txt
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+.PHONY: airflow
+install: airflow
+check: airflow
+airflow: $(AIRFLOW_STAMP)
+
+$(AIRFLOW_STAMP): pyproject.toml $(AIRFLOW_CONSTRAINTS)
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -c $(AIRFLOW_CONSTRAINTS) -e '.[airflow]'
+	touch $(AIRFLOW_STAMP)
+
 ## Debian's Chromium for the browser test of the page at /ui (tests/service/test_ui.py), which
 ## Playwright drives; never `playwright install`, whose download host is not reachable. Installed
 ## with apt-get, as root, only when /usr/bin/chromium is missing.
@@ -136,4 +153,4 @@ bench-spark: $(STAMP) $(SPARK_KAFKA_STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_spark --broker kafka --out docs
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(AIRFLOW_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
