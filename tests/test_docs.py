@@ -52,6 +52,8 @@ ELSEWHERE = {
     ".venv/bin/python": "tests/monitoring/test_rules.py renders the rules the same way",
     "purgatory-pipeline": "tests/spark_bridge/test_pipeline.py",
     "kafka-topics.sh": "tests/test_kafka_doc.py creates the same topics on Apache Kafka",
+    "pip": "make airflow installs purgatory[airflow] (editable) into .venv-airflow",
+    "airflow": "tests/airflow/test_dags.py adds the connection with the same command",
 }
 
 

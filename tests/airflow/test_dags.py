@@ -8,6 +8,8 @@ duplicate of the finished operation; a triggerer killed mid-wait hands the wait 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from purgatory.client import PurgatoryClient
+from tests.airflow.conftest import AIRFLOW, PYTHON
 
 if TYPE_CHECKING:
     from tests.airflow.conftest import Airflow, Service
@@ -136,3 +139,51 @@ def test_a_triggerer_killed_mid_wait_hands_the_wait_to_the_next(
     callback = result["tasks"]["wait"]["xcom"]
     assert callback["outcome"] == "completed" and callback["op_id"] == op_id
     assert callback["signals"] == {"table/ready": {"rows": 42}}
+
+
+def test_the_connection_added_as_the_docs_say_is_what_the_tasks_use(
+    airflow: Airflow, purgatory_service: Service
+) -> None:
+    """docs/airflow.md's ``airflow connections add``, into Airflow's database: the hook reads it
+    in a task and its token lets a signal through; the provider is discovered by its entry
+    point, and the trigger's stored form holds no secret."""
+    env = {k: v for k, v in airflow.env.items() if not k.startswith("AIRFLOW_CONN_")}
+    add = [
+        str(AIRFLOW), "connections", "add", "purgatory_docs", "--conn-type", "purgatory",
+        "--conn-host", purgatory_service.url, "--conn-password", purgatory_service.token,
+    ]  # fmt: skip
+    subprocess.run(add, env=env, check=True, capture_output=True, timeout=120)
+    script = """
+import json
+from airflow.providers_manager import ProvidersManager
+from purgatory.airflow import PurgatoryTrigger
+manager = ProvidersManager()
+hook = manager.hooks.get("purgatory")
+trigger = PurgatoryTrigger("s", "o", 1.5, purgatory_conn_id="purgatory_docs")
+path, kwargs = trigger.serialize()
+again = type(trigger)(**kwargs)
+print("RESULT " + json.dumps({
+    "hook": hook.hook_class_name, "provider": manager.providers["purgatory"].version,
+    "triggers": [t.trigger_class_name for t in manager.trigger if t.package_name == "purgatory"],
+    "path": path, "kwargs": kwargs, "same": again.serialize() == (path, kwargs),
+}))
+"""
+    out = subprocess.run(
+        [str(PYTHON), "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["hook"] == "purgatory.airflow.hooks.PurgatoryHook"
+    assert result["provider"] == "0.1.0"
+    assert result["triggers"] == ["purgatory.airflow.triggers"]
+    assert result["path"] == "purgatory.airflow.triggers.PurgatoryTrigger" and result["same"]
+    assert "password" not in json.dumps(result["kwargs"]) and "token" not in result["kwargs"]
+    run = airflow.run("purgatory_signal_docs", {"scope": _scope()})
+    assert run["state"] == SUCCESS, run["tasks"]
+    assert run["tasks"]["signal"]["xcom"] == {"accepted": 1, "completed": 0}

@@ -85,3 +85,14 @@ def _wait() -> None:
 
 
 purgatory_wait = _wait()
+
+
+@dag(dag_id="purgatory_signal_docs", schedule=None, start_date=START, catchup=False, params=PARAMS)  # type: ignore[untyped-decorator]
+def _signal_docs() -> None:
+    """A signal through the connection docs/airflow.md adds (``purgatory_docs``)."""
+    PurgatorySignalOperator(
+        task_id="signal", scope="{{ params.scope }}", key="k", purgatory_conn_id="purgatory_docs"
+    )
+
+
+purgatory_signal_docs = _signal_docs()
