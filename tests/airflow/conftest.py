@@ -87,9 +87,10 @@ class Airflow:
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = self.logs.get(name) or (self.home / f"{name}.log").open("ab")
         self.logs[name] = log
-        process = subprocess.Popen(
-            [str(AIRFLOW), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(  # a group of its own: its children go with it
+            [str(AIRFLOW), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
         self.processes[name] = process
         return process
 
@@ -103,8 +104,9 @@ class Airflow:
         return "".join(path.read_text(errors="replace") for path in sorted(folder.glob(pattern)))
 
     def kill(self, name: str) -> None:
+        """SIGKILL a process and its children, as a node's loss would."""
         process = self.processes.pop(name)
-        process.send_signal(signal.SIGKILL)
+        _signal_group(process, signal.SIGKILL)
         process.wait(timeout=30)
 
     def run(
@@ -124,6 +126,7 @@ class Airflow:
         return subprocess.Popen(
             [*args, *([logical_date] if logical_date else [])],
             env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
         )  # fmt: skip
 
     @staticmethod
@@ -131,11 +134,12 @@ class Airflow:
         try:
             output, _ = run.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            run.kill()
+            _signal_group(run, signal.SIGKILL)
             output, _ = run.communicate()
             raise AssertionError(
                 f"the DAG run did not end within {timeout_s:g} s:\n{output[-6000:]}"
             ) from exc
+        _signal_group(run, signal.SIGKILL)  # what the run left of its group (executor workers)
         lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
         assert lines, f"the DAG run printed no result:\n{output[-4000:]}"
         result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
@@ -143,14 +147,18 @@ class Airflow:
 
     def close(self) -> None:
         for process in self.processes.values():
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            _signal_group(process, signal.SIGKILL)  # what is left of its group
         for log in self.logs.values():
             log.close()
+
+
+def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
 
 
 def _environment(home: Path, service: Service) -> dict[str, str]:

@@ -9,6 +9,8 @@ duplicate of the finished operation; a triggerer killed mid-wait hands the wait 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import uuid
@@ -134,7 +136,8 @@ def test_a_triggerer_killed_mid_wait_hands_the_wait_to_the_next(
             client.signal(scope, "table/ready", payload={"rows": 42})
         result = airflow.finish(run)
     finally:
-        run.kill()
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
     assert result["state"] == SUCCESS, result["tasks"]
     callback = result["tasks"]["wait"]["xcom"]
     assert callback["outcome"] == "completed" and callback["op_id"] == op_id
