@@ -60,7 +60,9 @@ def settle(operator, event):
 callback = {"outcome": "expired", "missing": ["b"], "deadline_ms": 5}
 day = dt.timedelta(1)
 waits = PurgatoryWaitOperator(task_id="w", scope="s", op_id="o", timeout=day)
-lenient = PurgatoryWaitOperator(task_id="l", scope="s", op_id="o", timeout=day, fail_on_expired=0)
+lenient = PurgatoryWaitOperator(
+    task_id="l", scope="s", op_id="o", timeout=day, fail_on_expired=False
+)
 out["settle"] = {
     "completed": settle(waits, {"status": "completed", "outcome": {"outcome": "completed"}}),
     "expired": settle(waits, {"status": "expired", "outcome": callback}),
