@@ -69,14 +69,17 @@ def kafka_broker(request: pytest.FixtureRequest) -> Broker:
     return cast("Broker", request.getfixturevalue(BROKERS[request.param]))
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The tests of a local Spark in one ``xdist_group``, so a run on several workers starts
+    one; marked as each is collected, before pytest-xdist names each test's group."""
+    if "spark" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.hookimpl(trylast=True)  # after pytest has grouped the tests by broker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests without a broker, then both halves, then the tests of one broker (stable); the
-    tests of a local Spark in one ``xdist_group``, so a run on several workers starts one."""
+    """Tests without a broker, then both halves, then the tests of one broker (stable)."""
     items.sort(key=_rank)
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def _rank(item: pytest.Item) -> int:
