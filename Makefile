@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench bench-spark bench-restore bench-scale bench-delivery install prometheus clean
+.PHONY: demo check test bench bench-airflow bench-spark bench-restore bench-scale bench-delivery install prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -148,6 +148,11 @@ bench-delivery: $(STAMP) $(KAFKA_STAMP)
 ## The Spark bridge through the real brokers and the service, Spark's Kafka connector beside the
 ## Python data sources and one kafka-python process: on Tansu (docs/bench-spark.json), then on
 ## Apache Kafka (docs/bench-spark-kafka.json); about ten minutes.
+## Airflow: 1,000 deferred purgatory waits against 1,000 reschedule sensors' measured pokes,
+## and a real DAG's last signal -> resumed task (docs/bench-airflow.json); about four minutes.
+bench-airflow: $(STAMP) $(AIRFLOW_STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_airflow --out docs
+
 bench-spark: $(STAMP) $(SPARK_KAFKA_STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_spark --out docs
 	$(BIN)/python -m tests.benchmarks.bench_spark --broker kafka --out docs

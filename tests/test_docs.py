@@ -44,6 +44,7 @@ ELSEWHERE = {
     "java": "tests/service/test_kafka_broker.py: KafkaBroker runs the same two commands",
     "make bench": "tests/benchmarks/test_service_smoke.py runs the benchmarks' code paths",
     "make bench-spark": "tests/benchmarks run the Spark benchmark's code paths",
+    "make bench-airflow": "tests/airflow runs the same service, Airflow and DAG the benchmark does",
     "helm": "tests/helm render the chart with the Helm SDK (no cluster here)",
     "kubectl": "needs a cluster: tests/helm check what it would apply",
     "docker": "needs a registry: tests/helm/test_image.py checks the Dockerfile",
