@@ -118,7 +118,7 @@ def test_a_triggerer_killed_mid_wait_hands_the_wait_to_the_next(
 
     with service() as client:
         client.register(scope=scope, op_id=op_id, keys=["table/ready"], timeout_ms=600_000)
-    run = airflow.begin("purgatory_wait", {"scope": scope, "op_id": op_id})
+    run = airflow.begin_dag("purgatory_wait", {"scope": scope, "op_id": op_id})
     waiting = f"waiting for the outcome of {scope}/{op_id}"
 
     def trigger_log() -> str:
@@ -134,7 +134,7 @@ def test_a_triggerer_killed_mid_wait_hands_the_wait_to_the_next(
         _wait_until(lambda: trigger_log().count(waiting) >= 2, "the next triggerer waits")
         with service() as client:
             client.signal(scope, "table/ready", payload={"rows": 42})
-        result = airflow.finish(run)
+        result = airflow.finish_dag(run)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

@@ -70,7 +70,6 @@ import resource
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -78,15 +77,23 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
 from purgatory.client import PurgatoryClient, operation
-from purgatory.devtools.broker import EmbeddedBroker, free_port
+from purgatory.devtools.broker import EmbeddedBroker
 from purgatory.devtools.child import ServiceChild, service_process
+from tests.airflow._harness import (
+    AIRFLOW,
+    PYTHON,
+    ROOT,
+    AirflowProcesses,
+    airflow_env,
+    result_of,
+)
 from tests.benchmarks._measure import machine_info
 
 __all__ = [
@@ -103,9 +110,6 @@ __all__ = [
     "write_json",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW_PYTHON = ROOT / ".venv-airflow" / "bin" / "python"
-AIRFLOW = ROOT / ".venv-airflow" / "bin" / "airflow"
 BARRIER_DAGS = ROOT / "tests" / "airflow" / "dags" / "purgatory_dags.py"
 
 _POLL_S = 30.0  # PurgatoryTrigger's default poll_ms, and the sensors' poke interval scaled to
@@ -550,7 +554,7 @@ print((rss_kib() - before) / 200)
 
 def _client_kib() -> float:
     out = subprocess.run(
-        [str(AIRFLOW_PYTHON), "-c", _CLIENT_SCRIPT],
+        [str(PYTHON), "-c", _CLIENT_SCRIPT],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return float(out.stdout.strip())
@@ -632,7 +636,7 @@ def bench_deferred(
         }  # fmt: skip
         with (work / "triggers.log").open("wb") as log:
             child = subprocess.Popen(
-                [str(AIRFLOW_PYTHON), str(script), json.dumps(cfg)],
+                [str(PYTHON), str(script), json.dumps(cfg)],
                 env=env, cwd=work, stdout=subprocess.PIPE, stderr=log, text=True,
                 start_new_session=True,
             )  # fmt: skip
@@ -763,109 +767,16 @@ _run_dag.main(sys.argv[2], json.loads(sys.argv[3]), None)
 """
 
 
-def _signal_group(process: subprocess.Popen[Any], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    for _ in range(1_200):  # bounded: 120 s
-        if process.poll() is not None:
-            raise RuntimeError(f"exited {process.returncode}: {log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"not listening on {port} within 120 s: {log.read_text()[-3000:]}")
-
-
-@dataclass
-class _Airflow:
-    """A temporary Airflow: its home, environment, processes (each a group of its own)."""
-
-    home: Path
-    env: dict[str, str]
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    logs: dict[str, IO[bytes]] = field(default_factory=dict)
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = self.logs[name] = (self.home / f"{name}.log").open("ab")
-        process = subprocess.Popen(
-            [str(AIRFLOW), *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        self.processes[name] = process
-        return process
-
-    def log(self, name: str) -> str:
-        return (self.home / f"{name}.log").read_text(errors="replace")
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            _signal_group(process, signal.SIGTERM)
-        for process in self.processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=30)
-            _signal_group(process, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-        for log in self.logs.values():
-            log.close()
+class _Airflow(AirflowProcesses):
+    """The benchmark's Airflow: a DAG of any file, run with ``dag.test(use_executor=True)``."""
 
     def run_dag(
         self, dag_file: Path, dag_id: str, conf: dict[str, Any], timeout_s: float = _DAG_TIMEOUT_S
     ) -> tuple[dict[str, Any], subprocess.Popen[str], Callable[[], str]]:
-        """Start ``dag_id`` of ``dag_file`` with ``dag.test(use_executor=True)``; the caller
-        finishes it with the returned function (bounded), which gives its output."""
-        run = subprocess.Popen(
-            [str(AIRFLOW_PYTHON), "-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf)],
-            env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-
-        def finish() -> str:
-            try:
-                output, _ = run.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired as exc:
-                _signal_group(run, signal.SIGKILL)
-                output, _ = run.communicate()
-                raise RuntimeError(
-                    f"{dag_id} did not end in {timeout_s:g} s:\n{output[-4000:]}"
-                ) from exc
-            finally:
-                _signal_group(run, signal.SIGKILL)  # what the run left of its group
-            return output
-
-        return conf, run, finish
-
-
-def _result(output: str, dag_id: str) -> dict[str, Any]:
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    if not lines:
-        raise RuntimeError(f"{dag_id} printed no result:\n{output[-4000:]}")
-    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
-    return result
-
-
-def _airflow_env(home: Path, dags: Path, service_url: str, token: str) -> dict[str, str]:
-    api_port = free_port()
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PURGATORY_"))}
-    return {
-        **keep,
-        "AIRFLOW_HOME": str(home),
-        "PYTHONPATH": str(ROOT),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "8",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-        "AIRFLOW__API__PORT": str(api_port),
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW_CONN_PURGATORY_DEFAULT": json.dumps(
-            {"conn_type": "purgatory", "host": service_url, "password": token}
-        ),
-    }
+        """Start ``dag_id`` of ``dag_file``; the caller finishes it with the returned function
+        (bounded), which gives its output."""
+        run = self.begin("-c", _RUNNER, str(dag_file), dag_id, json.dumps(conf))
+        return conf, run, lambda: self.finish(run, dag_id, timeout_s)
 
 
 _ACCESS = re.compile(
@@ -939,7 +850,7 @@ def _sensor_run(
     cpu = _children_cpu_s() - cpu0
     time.sleep(0.5)  # the api-server writes its last access lines
     api_cpu, calls = _tree_cpu_s(api_pid) - api0, _api_calls(airflow.log("api-server")[log0:])
-    result = _result(output, _SENSOR_DAG_ID)
+    result = result_of(output, _SENSOR_DAG_ID)
     run_id = result["run_id"]
     counts = pokes_dir / "".join(c if c.isalnum() else "_" for c in run_id)
     poke_times = [float(t) for t in counts.read_text().split()] if counts.exists() else []
@@ -1071,7 +982,7 @@ def bench_barrier(airflow: _Airflow, dag_file: Path, say: Callable[[str], None])
     say("barrier: running purgatory_barrier with the triggerer")
     conf = {"scope": f"bench-barrier-{uuid.uuid4().hex[:6]}", "delay_s": 1.0}
     _, _, finish = airflow.run_dag(dag_file, "purgatory_barrier", conf)
-    result = _result(finish(), "purgatory_barrier")
+    result = result_of(finish(), "purgatory_barrier")
     tasks = result["tasks"]
     wait, signalled = tasks.get("wait", {}), tasks.get("signal_events", {})
     gap = wait["end"] - signalled["end"] if wait.get("end") and signalled.get("end") else None
@@ -1083,7 +994,7 @@ def bench_barrier(airflow: _Airflow, dag_file: Path, say: Callable[[str], None])
 
 def _airflow_version() -> str:
     out = subprocess.run(
-        [str(AIRFLOW_PYTHON), "-c",
+        [str(PYTHON), "-c",
          "import importlib.metadata as m; print(m.version('apache-airflow'))"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
@@ -1136,18 +1047,13 @@ def run_airflow_benchmarks(
         dag_file.write_text(_SENSOR_DAG)
         barrier_file = dags / "purgatory_dags.py"
         shutil.copy(BARRIER_DAGS, barrier_file)
-        af_env = _airflow_env(home, dags, service.url, token)
-        say("airflow db migrate")
-        subprocess.run(
-            [str(AIRFLOW), "db", "migrate"], env=af_env, check=True, capture_output=True,
-            timeout=300,
-        )  # fmt: skip
-        deferred = bench_deferred(service, token, af_env, config=config, work=work, say=say)
-        airflow = _Airflow(home, af_env)
+        airflow = _Airflow(home, airflow_env(home, dags, service.url, token))
         stack.callback(airflow.close)
+        say("airflow db migrate")
+        airflow.migrate()
+        deferred = bench_deferred(service, token, airflow.env, config=config, work=work, say=say)
         say("starting Airflow's api-server (execution API)")
-        api = airflow.start("api-server", "api-server", "--apps", "execution")
-        _wait_for_port(int(af_env["AIRFLOW__API__PORT"]), api, home / "api-server.log")
+        api = airflow.serve()
         sensors = bench_sensors(
             airflow, dag_file, pokes_dir=work / "pokes", api_pid=api.pid, config=config, say=say
         )
