@@ -24,10 +24,23 @@ from purgatory._core import ConfigError
 from purgatory.devtools.broker import free_port
 from purgatory.service.journal.supervisor import with_pdeathsig
 
-__all__ = ["ServiceChild", "service_process"]
+__all__ = ["ServiceChild", "own_names", "service_process"]
 
 _PARTITIONS = 2
 _READY_TIMEOUT_S = 60.0
+_TOPICS = ("requests", "signals", "callbacks", "dead_letters", "changelog", "snapshots")
+
+
+def own_names(prefix: str, tag: str) -> dict[str, str]:
+    """Settings that give a service topics and a consumer group of its own on a shared broker:
+    ``PURGATORY_TOPIC_<KIND>`` = ``<prefix><kind>-<tag>`` (``dead`` for the dead letters) and
+    ``PURGATORY_KAFKA_GROUP_ID`` = ``<prefix>group-<tag>``."""
+    names = {
+        f"PURGATORY_TOPIC_{kind.upper()}": f"{prefix}{kind.split('_')[0]}-{tag}" for kind in _TOPICS
+    }
+    return {**names, "PURGATORY_KAFKA_GROUP_ID": f"{prefix}group-{tag}"}
+
+
 _STOP_TIMEOUT_S = 30.0
 
 

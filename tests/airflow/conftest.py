@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from purgatory.devtools.child import service_process
+from purgatory.devtools.child import own_names, service_process
 from tests.airflow._harness import AIRFLOW, PYTHON, AirflowProcesses, airflow_env, result_of
 
 if TYPE_CHECKING:
@@ -42,15 +42,7 @@ def purgatory_service(
     tansu_broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
     tag, token = uuid.uuid4().hex[:6], secrets.token_urlsafe(24)
-    names = {
-        "PURGATORY_TOPIC_REQUESTS": f"af-requests-{tag}",
-        "PURGATORY_TOPIC_SIGNALS": f"af-signals-{tag}",
-        "PURGATORY_TOPIC_CALLBACKS": f"af-callbacks-{tag}",
-        "PURGATORY_TOPIC_DEAD_LETTERS": f"af-dead-{tag}",
-        "PURGATORY_TOPIC_CHANGELOG": f"af-changelog-{tag}",
-        "PURGATORY_TOPIC_SNAPSHOTS": f"af-snapshots-{tag}",
-        "PURGATORY_KAFKA_GROUP_ID": f"af-group-{tag}",
-    }
+    names = own_names("af-", tag)
     tansu_broker.create_topics({topic: 2 for name, topic in names.items() if "TOPIC" in name})
     log = tmp_path_factory.mktemp("purgatory") / "service.log"
     env = {**names, "PURGATORY_API_TOKEN": token}

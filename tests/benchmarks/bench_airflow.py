@@ -85,7 +85,7 @@ import httpx
 
 from purgatory.client import PurgatoryClient, operation
 from purgatory.devtools.broker import EmbeddedBroker
-from purgatory.devtools.child import ServiceChild, service_process
+from purgatory.devtools.child import ServiceChild, own_names, service_process
 from tests.airflow._harness import (
     AIRFLOW,
     PYTHON,
@@ -405,13 +405,7 @@ class _TreeSampler:
 
 def _service_env(tag: str, token: str) -> dict[str, str]:
     return {
-        "PURGATORY_TOPIC_REQUESTS": f"bench-af-requests-{tag}",
-        "PURGATORY_TOPIC_SIGNALS": f"bench-af-signals-{tag}",
-        "PURGATORY_TOPIC_CALLBACKS": f"bench-af-callbacks-{tag}",
-        "PURGATORY_TOPIC_DEAD_LETTERS": f"bench-af-dead-{tag}",
-        "PURGATORY_TOPIC_CHANGELOG": f"bench-af-changelog-{tag}",
-        "PURGATORY_TOPIC_SNAPSHOTS": f"bench-af-snapshots-{tag}",
-        "PURGATORY_KAFKA_GROUP_ID": f"bench-af-group-{tag}",
+        **own_names("bench-af-", tag),
         "PURGATORY_API_TOKEN": token,
         "PURGATORY_LOG_LEVEL": "warning",
         # Nothing bounds the long polls one replica holds; a wait's poll stays within this.

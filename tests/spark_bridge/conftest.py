@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from purgatory.devtools.child import service_process
+from purgatory.devtools.child import own_names, service_process
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,15 +53,7 @@ def service(  # one service process per test module, on topics of its own
     kafka_broker: Broker, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Service]:
     tag = uuid.uuid4().hex[:6]
-    names = {
-        "PURGATORY_TOPIC_REQUESTS": f"requests-{tag}",
-        "PURGATORY_TOPIC_SIGNALS": f"signals-{tag}",
-        "PURGATORY_TOPIC_CALLBACKS": f"callbacks-{tag}",
-        "PURGATORY_TOPIC_DEAD_LETTERS": f"dead-{tag}",
-        "PURGATORY_TOPIC_CHANGELOG": f"changelog-{tag}",
-        "PURGATORY_TOPIC_SNAPSHOTS": f"snapshots-{tag}",
-        "PURGATORY_KAFKA_GROUP_ID": f"group-{tag}",
-    }
+    names = own_names("", tag)
     kafka_broker.create_topics({topic: 2 for name, topic in names.items() if "TOPIC" in name})
     log = tmp_path_factory.mktemp("service") / "service.log"
     with service_process(kafka_broker.bootstrap_servers, log, names) as child:
