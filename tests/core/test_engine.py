@@ -573,7 +573,9 @@ def test_a_flagged_operation_is_past_its_deadline_so_a_signal_no_longer_complete
     assert engine.clock_ms == 100
     assert engine.signal("s", "k", now_ms=99) == []  # told an earlier time: the clock holds
     [out] = engine.advance_clock(100)
-    assert (out.op_id, out.outcome, out.late, out.keys) == ("o", OutcomeKind.EXPIRED, True, ("k",))
+    # The signal came when the clock stood at the deadline: too late to count, so missing.
+    assert (out.op_id, out.outcome, out.late) == ("o", OutcomeKind.EXPIRED, True)
+    assert (out.keys, out.missing) == ((), ("k",))
     assert engine.statistics().late == 1
 
 
@@ -599,7 +601,7 @@ def test_an_operation_overdue_at_the_snapshot_clock_is_restored_exactly_not_late
         assert opened.op_id == "open"  # at its deadline, "due" loses to its expiry
         outcomes = restored.advance_clock(1_000)
         assert [(o.op_id, o.late, o.outcome_ms) for o in outcomes] == [
-            ("passed", False, 900),
+            ("passed", False, 1_000),  # registered after its deadline: expired as it came
             ("due", False, 1_000),
         ]
         assert restored.statistics().late == 0
@@ -647,3 +649,120 @@ def test_a_rearm_clears_the_late_flag_a_restore_set() -> None:
     restored.register(OperationSpec("t", "s", (), deadline_ms=900), now_ms=500)  # re-armed
     [expired] = restored.advance_clock(900)
     assert (expired.op_id, expired.outcome_ms, expired.late) == ("t", 900, False)
+
+
+# -- an outcome never contradicts its inputs ---------------------------------------------------
+
+
+def test_a_registration_after_its_deadline_completes_by_the_signals_that_came_before_it() -> None:
+    # A journal replayed behind another writer's records, or a client's clock behind the
+    # partition's: the registration is applied when the clock is past its deadline, and the
+    # signals the partition holds came before it. They satisfy it: completed, not expired
+    # with nothing missing.
+    engine = Engine(start_ms=0)
+    for at, key in enumerate(KEYS, start=1):
+        engine.signal(NIGHT, key, now_ms=at * 100)
+    engine.advance_clock(9_000)
+    reg = engine.register(barrier(deadline=6_000), now_ms=5_000)  # the entry's time: behind
+    assert reg.status is RegistrationStatus.COMPLETED and reg.outcome is not None
+    out = reg.outcome
+    assert (out.outcome, out.keys, out.missing) == (OutcomeKind.COMPLETED, KEYS, ())
+    assert out.registered_ms == out.outcome_ms == 9_000  # the partition's clock
+    assert engine.advance_clock(10_000) == []
+
+
+def test_a_registration_after_its_deadline_expires_as_it_registers_naming_what_was_late() -> None:
+    engine = Engine(start_ms=0)
+    engine.signal(NIGHT, "ingest/orders", now_ms=100)
+    engine.signal(NIGHT, "ingest/users", now_ms=7_000)  # after the deadline: does not count
+    reg = engine.register(barrier(deadline=6_000), now_ms=8_000)
+    assert reg.status is RegistrationStatus.PENDING  # never decided inside the register call
+    [out] = engine.advance_clock(8_000)
+    assert out.outcome is OutcomeKind.EXPIRED
+    assert (out.keys, out.missing) == (("ingest/orders",), ("ingest/users", "ingest/stock"))
+    assert (out.registered_ms, out.outcome_ms, out.deadline_ms) == (8_000, 8_000, 6_000)
+
+
+def test_an_expiry_run_late_does_not_count_a_signal_that_came_after_the_deadline() -> None:
+    # The reaper runs late (a paused process, a restore): a signal that arrived in between
+    # does not complete the operation, and its expiry names the key as missing.
+    engine = Engine(start_ms=0)
+    engine.register(barrier(deadline=6_000), now_ms=0)
+    engine.signal(NIGHT, "ingest/orders", now_ms=10)
+    engine.signal(NIGHT, "ingest/users", now_ms=20)
+    assert engine.signal(NIGHT, "ingest/stock", now_ms=6_500) == []
+    [out] = engine.advance_clock(6_600)
+    assert out.outcome is OutcomeKind.EXPIRED
+    assert (out.keys, out.missing, out.outcome_ms) == (KEYS[:2], ("ingest/stock",), 6_000)
+
+
+def test_an_event_time_registration_behind_the_watermark_counts_signals_by_event_time() -> None:
+    engine = Engine(start_ms=0)
+    engine.signal(NIGHT, "ingest/orders", now_ms=1, event_time_ms=500)
+    engine.signal(NIGHT, "ingest/users", now_ms=2)  # no event time: it is not after anything
+    engine.signal(NIGHT, "ingest/stock", now_ms=3, event_time_ms=1_500)  # after the deadline
+    engine.advance_watermark(NIGHT, 2_000)
+    spec = barrier(deadline=1_000, time_domain=TimeDomain.EVENT_TIME)
+    assert engine.register(spec, now_ms=4).status is RegistrationStatus.PENDING
+    [out] = engine.advance_clock(5)
+    assert out.outcome is OutcomeKind.EXPIRED
+    assert out.missing == ("ingest/stock",)
+    two = OperationSpec(
+        "two", NIGHT, KEYS[:2], deadline_ms=1_000, time_domain=TimeDomain.EVENT_TIME
+    )
+    reg = engine.register(two, now_ms=6)
+    assert reg.outcome is not None and reg.outcome.outcome is OutcomeKind.COMPLETED
+
+
+_STEP = st.one_of(
+    st.tuples(st.just("register"), st.integers(0, 5), st.integers(-300, 600), st.integers(0, 3)),
+    st.tuples(st.just("signal"), st.sampled_from(KEYS), st.integers(-300, 600)),
+    st.tuples(st.just("advance"), st.integers(0, 600)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=40))
+def test_no_outcome_contradicts_the_inputs_it_was_decided_on(
+    steps: list[tuple[Any, ...]],
+) -> None:
+    """Registrations late or early against the clock, signals told times behind it, clock
+    steps: an expiry always names what did not come before its deadline, and only that; no
+    outcome is before its registration; a completion has what it needed, in time."""
+    engine = Engine(start_ms=1_000)
+    arrived: dict[str, list[int]] = {}  # key -> the clock at each of its signals
+    specs: dict[str, OperationSpec] = {}
+    outcomes: list[Outcome] = []
+    clock = 1_000
+    for step in steps:
+        if step[0] == "register":
+            _, n, ahead, needed = step
+            keys = KEYS[: max(1, needed)]
+            spec = OperationSpec(
+                f"op{n}", NIGHT, keys, deadline_ms=clock + ahead,
+                condition=Condition.COUNT if needed == 0 else Condition.ALL,
+                count=1 if needed == 0 else None,
+            )  # fmt: skip
+            with contextlib.suppress(ConflictError):
+                reg = engine.register(spec, now_ms=clock - 50)
+                specs.setdefault(spec.op_id, spec)
+                outcomes += [reg.outcome] if reg.outcome is not None else []
+        elif step[0] == "signal":
+            _, key, behind = step
+            outcomes += engine.signal(NIGHT, key, now_ms=max(0, clock - behind))
+            arrived.setdefault(key, []).append(engine.clock_ms)
+        else:
+            clock += step[1]
+            outcomes += engine.advance_clock(clock)
+    for out in outcomes:
+        assert out.outcome_ms >= out.registered_ms, out
+        if out.outcome is OutcomeKind.EXPIRED:
+            in_time = {
+                k
+                for k in out.keys + out.missing
+                if min(arrived.get(k, [clock + 1])) < out.deadline_ms
+            }
+            assert out.missing, out
+            assert set(out.keys) <= in_time, out
+        else:
+            assert out.keys and set(out.keys) <= set(arrived), out

@@ -12,9 +12,14 @@ the core and adds nothing that needs I/O:
 
 Time rules, so that outcomes are right to the millisecond whatever the delivery lag: a
 processing-time operation is expired, not completed, once ``now_ms >= deadline_ms`` even if its
-expiry has not run yet; an event-time one once the scope's watermark reaches its deadline. An
-operation whose deadline already passed when it registers expires at the next step, never inside
-the register call.
+expiry has not run yet; an event-time one once the scope's watermark reaches its deadline. Past
+its deadline only the signals that came before it count: an expiry reports them (``keys``) and
+the keys without one (``missing``, never empty), and an operation registered after its deadline
+(a late client, a clock behind the partition's, a journal replayed behind another writer's
+records) completes at once if the signals held before its deadline satisfy it, or else expires
+at the next step, never inside the register call, at the time it registered. So an outcome
+never contradicts its inputs: no ``expired`` with nothing missing, no ``outcome_ms`` before
+``registered_ms``.
 
 Outcomes are events, h11-style: each call that decides outcomes returns them, in the order they
 happened (:meth:`Engine.register` in its :class:`Registration`, :meth:`Engine.signal` and
@@ -427,18 +432,33 @@ class Engine(_Views, _Budget):
         watermark = self.keyed.current_watermark(spec.scope)
         return watermark is not None and watermark >= spec.deadline_ms
 
-    def _outcome_ms(self, spec: OperationSpec, kind: OutcomeKind) -> int:
+    def _outcome_ms(self, op: _Op, kind: OutcomeKind) -> int:
         # A processing-time operation expires at its deadline, whenever the expiry is run:
         # from that millisecond on no signal could complete it. Delivery lateness is the
-        # reaper's and the executor's to report.
+        # reaper's and the executor's to report. One registered after its deadline expires
+        # when it registered: an outcome is never before the registration it answers.
+        spec = op.spec
         if kind is OutcomeKind.EXPIRED and spec.time_domain is TimeDomain.PROCESSING_TIME:
-            return spec.deadline_ms
+            return max(spec.deadline_ms, op.registered_ms)
         return self._now
 
-    def _facts(self, spec: OperationSpec) -> dict[str, SignalFact | None]:
-        """The remembered signal of each of the operation's keys (None: not signalled)."""
+    def _facts(
+        self, spec: OperationSpec, *, by_deadline: bool = False
+    ) -> dict[str, SignalFact | None]:
+        """The remembered signal of each of the operation's keys (None: not signalled).
+
+        With ``by_deadline`` only a signal that came before the deadline counts: one that
+        arrived before it (processing time), or whose event time, if it has one, is before it
+        (event time). An expiry reports its keys and ``missing`` so, and a registration
+        whose deadline has already passed is decided by them (see :class:`_Op`).
+        """
         get, scope, now = self.signals.get, spec.scope, self._now
-        return {key: get((scope, key), now_ms=now) for key in spec.keys}
+        facts = {key: get((scope, key), now_ms=now) for key in spec.keys}
+        if not by_deadline:
+            return facts
+        deadline, in_time = spec.deadline_ms, spec.time_domain is TimeDomain.PROCESSING_TIME
+        return {key: fact if fact is not None and _before(fact, deadline, in_time) else None
+                for key, fact in facts.items()}  # fmt: skip
 
     def _finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
         spec = op.spec
@@ -453,7 +473,8 @@ class Engine(_Views, _Budget):
         self._hold_pending_bytes(spec.scope, -operation_bytes(spec))
         if spec.time_domain is TimeDomain.EVENT_TIME:
             self.keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
-        facts = op.facts if op.facts is not None else self._facts(spec)
+        expired = kind is OutcomeKind.EXPIRED
+        facts = op.facts if op.facts is not None else self._facts(spec, by_deadline=expired)
         self._sequence += 1
         self._counts[kind] += 1
         late = op.late and kind is OutcomeKind.EXPIRED
@@ -463,7 +484,7 @@ class Engine(_Views, _Budget):
             scope=spec.scope,
             outcome=kind,
             registered_ms=op.registered_ms,
-            outcome_ms=self._outcome_ms(spec, kind),
+            outcome_ms=self._outcome_ms(op, kind),
             deadline_ms=spec.deadline_ms,
             time_domain=spec.time_domain,
             sequence=self._sequence,
@@ -486,6 +507,14 @@ class Engine(_Views, _Budget):
             return []
         self._decided = []
         return decided
+
+
+def _before(fact: SignalFact, deadline_ms: int, processing_time: bool) -> bool:
+    """Whether a signal came before a deadline: it arrived before it (processing time), or
+    its event time, when it has one, is before it (event time)."""
+    if processing_time:
+        return fact.signalled_ms < deadline_ms
+    return fact.event_time_ms is None or fact.event_time_ms < deadline_ms
 
 
 def _opt_ms(name: str, value: int | None) -> int | None:

@@ -136,9 +136,12 @@ class _Op(DelayedOperation):
         self.facts: dict[str, SignalFact | None] | None = None
 
     def try_complete(self) -> bool:
-        if self.engine._deadline_passed(self.spec):
-            return False  # too late: it expires at the next step instead
-        facts = self.engine._facts(self.spec)
+        # Past its deadline only the signals that came before it count: a signal at or after
+        # the deadline loses to the expiry, while a registration applied after its deadline
+        # (a client late, a journal replayed behind another writer's records, a clock behind
+        # the partition's) is completed by the signals the partition already held for it.
+        by_deadline = self.engine._deadline_passed(self.spec)
+        facts = self.engine._facts(self.spec, by_deadline=by_deadline)
         if sum(fact is not None for fact in facts.values()) >= self.spec.needed:
             self.facts = facts  # the outcome reports these: no second read of the store
             return self.force_complete()
