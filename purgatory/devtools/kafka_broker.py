@@ -15,8 +15,10 @@ its runtime dependencies and a log4j2 binding from Maven Central, as pinned by
 missing. Java (17 or later) comes from ``JAVA_HOME``, else ``PATH``. Decisions:
 
 - One KRaft node that is both broker and controller (``process.roles=broker,controller``), on
-  two free loopback ports (PLAINTEXT for clients, CONTROLLER for the quorum), both kept across
-  restarts so that clients reconnect to the same address. Replication factors and the
+  two free ports (PLAINTEXT for clients, CONTROLLER for the quorum), both kept across restarts
+  so that clients reconnect to the same address. PLAINTEXT listens on and advertises ``host``
+  (loopback by default); CONTROLLER stays on the loopback of wherever the JVM runs, since only
+  the node itself talks to it. Replication factors and the
   transaction log's min ISR are 1, ``group.initial.rebalance.delay.ms=0`` so a group's first
   join is not held back 3 s. ``auto.create.topics.enable`` is left on, Kafka's default and what
   many clusters run: a metadata request for a missing topic creates it unless the client asks
@@ -26,8 +28,10 @@ missing. Java (17 or later) comes from ``JAVA_HOME``, else ``PATH``. Decisions:
 - Storage is formatted once, on the first start on an empty data dir, by
   ``kafka.tools.StorageTool format --standalone`` (a dynamic quorum of this one controller,
   with a fresh cluster id); a formatted dir is served as it is.
-- The command is ``java -Xmx512m <G1 options> -cp '<libs>/*' kafka.Kafka server.properties``;
-  the heap is bounded and an OutOfMemoryError ends the JVM rather than leaving it half alive.
+- The command is ``java -Xmx512m <G1 options> -cp '<libs>/*' kafka.Kafka server.properties``,
+  after ``command_prefix`` when one is given (``ip netns exec <ns>`` runs the broker in a
+  network namespace of its own, as the nemesis of ``tests/nemesis`` does); the heap is bounded
+  and an OutOfMemoryError ends the JVM rather than leaving it half alive.
   The broker's log4j2 output goes to stdout and from there to the log file (``broker.log`` in
   the data dir unless ``log_path`` says otherwise), with the storage tool's output and anything
   the JVM prints; nothing reaches the terminal. ``JAVA_TOOL_OPTIONS``, ``JDK_JAVA_OPTIONS`` and
@@ -59,7 +63,7 @@ import sys
 import tempfile
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -118,8 +122,8 @@ def _cluster_id() -> str:
             return text
 
 
-def _server_properties(port: int, controller_port: int, log_dir: Path) -> str:
-    plaintext = f"PLAINTEXT://{_HOST}:{port}"
+def _server_properties(host: str, port: int, controller_port: int, log_dir: Path) -> str:
+    plaintext = f"PLAINTEXT://{host}:{port}"
     controller = f"CONTROLLER://{_HOST}:{controller_port}"
     settings = {
         "process.roles": "broker,controller",
@@ -148,7 +152,7 @@ def _server_properties(port: int, controller_port: int, log_dir: Path) -> str:
 
 
 class KafkaBroker(BrokerProcess):
-    """An Apache Kafka broker (one KRaft node) on free loopback ports; a context manager.
+    """An Apache Kafka broker (one KRaft node) on free ports; a context manager.
 
     Args:
         start_timeout_s: how long ``start`` waits for the broker to answer (and, on a first
@@ -163,6 +167,14 @@ class KafkaBroker(BrokerProcess):
         heap_mb: the JVM's maximum heap.
         die_with_parent: on Linux, the kernel kills the broker when this process dies, even by
             SIGKILL; ``start`` must then run on the main thread (see ``broker``).
+        host: the address clients reach it at: its PLAINTEXT listener binds it and advertises
+            it. The ports are picked free on this process's loopback, so with a
+            ``command_prefix`` that moves the JVM into another network namespace they must be
+            free there too (a fresh namespace has every port free).
+        command_prefix: put before the JVM's command line (and the storage tool's), e.g.
+            ``["ip", "netns", "exec", "<ns>"]``: a prefix that ends by executing the rest, so
+            that the broker's pid, process group and ``die_with_parent`` stay its own. Readiness
+            and ``create_topics`` still talk to ``host`` from this process.
     """
 
     def __init__(
@@ -175,11 +187,15 @@ class KafkaBroker(BrokerProcess):
         java: str | None = None,
         heap_mb: int = 512,
         die_with_parent: bool = False,
+        host: str = _HOST,
+        command_prefix: Sequence[str] = (),
     ) -> None:
         if start_timeout_s <= 0:
             raise UsageError(f"start_timeout_s must be > 0, got {start_timeout_s}")
         if heap_mb < 128:
             raise UsageError(f"heap_mb must be >= 128, got {heap_mb}")
+        if not host:
+            raise UsageError("host must be an address, got an empty string")
         self._start_timeout_s = start_timeout_s
         self._data_dir = data_dir
         self._log_path_arg = log_path
@@ -187,19 +203,21 @@ class KafkaBroker(BrokerProcess):
         self._java = java
         self._heap_mb = heap_mb
         self._die_with_parent = die_with_parent
+        self._host = host
+        self._command_prefix = tuple(command_prefix)
         self._ports: tuple[int, int] | None = None  # (PLAINTEXT, CONTROLLER), kept by restarts
         self._remove_data: weakref.finalize[Any, Any] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
-        """``127.0.0.1:PORT`` of the running broker.
+        """``HOST:PORT`` of the running broker (``127.0.0.1:PORT`` unless ``host`` was given).
 
         Raises:
             UsageError: the broker is not running.
         """
         if self._process is None or self._ports is None:
             raise UsageError("the Kafka broker is not running: call start() first")
-        return f"{_HOST}:{self._ports[0]}"
+        return f"{self._host}:{self._ports[0]}"
 
     @property
     def log_path(self) -> Path | None:
@@ -227,13 +245,16 @@ class KafkaBroker(BrokerProcess):
             raise UsageError("the Kafka broker is already running")
         java, libs = self._resolve_java(), self._resolve_libs()
         # Off the main thread this raises UsageError before anything is created.
-        launcher = with_pdeathsig([java]) if self._die_with_parent else [java]
+        launcher = [
+            *self._command_prefix,
+            *(with_pdeathsig([java]) if self._die_with_parent else [java]),
+        ]
         data_dir = self._ensure_data_dir()
         if self._ports is None:
             self._ports = (free_port(), free_port())
         log_dir = data_dir / "kafka-logs"
         server_properties = data_dir / "server.properties"
-        server_properties.write_text(_server_properties(*self._ports, log_dir))
+        server_properties.write_text(_server_properties(self._host, *self._ports, log_dir))
         log4j2 = data_dir / "log4j2.properties"
         log4j2.write_text(_LOG4J2)
         jvm = [*launcher, f"-Xmx{self._heap_mb}m", *_JVM_OPTIONS]
