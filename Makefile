@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check test bench bench-airflow bench-spark bench-restore bench-scale bench-delivery install prometheus clean
+.PHONY: demo check test bench bench-airflow bench-spark bench-restore bench-scale bench-delivery nemesis install prometheus clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -144,6 +144,19 @@ bench-scale: $(STAMP)
 ## minutes); writes docs/bench-delivery.json. Kafka's jars: the kafka target.
 bench-delivery: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_delivery --out docs
+
+## The nemesis (tests/nemesis), as root: Apache Kafka and three replicas in network namespaces
+## of their own, faults in rounds (cut links, the broker cut off, replicas apart, a slow lossy
+## link, SIGSTOP past the session timeout, SIGKILL), a recorded history checked against the
+## callbacks topic; about two and a half minutes per seed and mode. SEEDS=1,2,3,
+## DELIVERY=acknowledged|transactional|both, ROUNDS=N, OUT=DIR (default: a new dir in /tmp);
+## prints a table and writes results.json, the histories and the logs. Kafka's jars: the kafka
+## target.
+SEEDS ?= 1
+DELIVERY ?= both
+nemesis: $(STAMP) $(KAFKA_STAMP)
+	$(BIN)/python -m tests.nemesis --seeds $(SEEDS) --delivery $(DELIVERY) \
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(OUT),--out $(OUT))
 
 ## The Spark bridge through the real brokers and the service, Spark's Kafka connector beside the
 ## Python data sources and one kafka-python process: on Tansu (docs/bench-spark.json), then on
