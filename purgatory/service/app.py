@@ -459,10 +459,11 @@ class Service:
         for partition in taken_partitions:  # a restore under way is not served when it ends
             self.state.drop(partition, keep_acked=partition in partitions)
             self.restores.pop(partition, None)
-            if self.changelog is not None:
-                self.changelog.forget(partition)
         done = False
         with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
+            # Every record in flight settles first: acknowledged where this writer expected
+            # it (what it caused is released), or elsewhere (void: the partition is fenced,
+            # nothing is released, and no delivered mark is written for it).
             await self.gate.durable()
             if self.changelog is not None and not self.outbox.closed:
                 await self.outbox.acknowledged()
@@ -470,6 +471,9 @@ class Service:
             done = True
         for partition in partitions:
             self.state.forget_acked(partition)
+        if self.changelog is not None:  # a record still in flight checks itself (its ``at``)
+            for partition in taken_partitions:
+                self.changelog.forget(partition)
         if isinstance(self.changelog, TransactionalChangelog):
             for partition in sorted(taken_partitions):
                 await self.changelog.close_partition(partition)

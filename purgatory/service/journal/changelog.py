@@ -31,12 +31,17 @@ of order); a record is cut before ``max_record_bytes``, the rest goes to the nex
 A record's format, and the rules a replay follows, are :mod:`purgatory.service.journal.format`'s.
 
 One writer per partition, checked at every acknowledgement: the writer knows the offset its
-next record of a partition should get (the end it restored to, then each of its own records).
-A record acknowledged at another offset means someone else wrote to the partition meanwhile (a
-zombie that kept writing after the partition moved, the new owner seen by a zombie, or two
-replicas configured onto the same partitions): the partition is **fenced**, and stays fenced
-until the service has restored it again from the changelog and says where it took it over
-(:meth:`Changelog.expect`). Whatever the stale engine recorded is then void, wherever it is:
+next record of a partition should get (the end it restored to, then each of its own records),
+and writes it into the record (``at``, :mod:`purgatory.service.journal.format`). A record
+acknowledged at another offset means someone else wrote to the partition meanwhile (a zombie
+that kept writing after the partition moved, the new owner seen by a zombie, a replica cut
+from the broker whose record in flight landed after the new owner's, or two replicas
+configured onto the same partitions): the record is void for every replay, and the partition
+is **fenced**, and stays fenced until the service has restored it again from the changelog and
+says where it took it over (:meth:`Changelog.expect`). The check is the record's own, so it
+holds for a record in flight when its partition is handed over or forgotten: a writer that
+lost its partition learns where its last record landed before it releases anything that
+record caused. Whatever the stale engine recorded is then void, wherever it is:
 
 * nothing its fenced batch decided is released (no callback, no waiter woken, no offset
   committed);
@@ -237,14 +242,16 @@ class Changelog:
 
     async def mark_delivered(self, partitions: Iterable[int]) -> None:
         """Write each partition's delivered mark now (at a clean stop, once everything is
-        delivered and :meth:`run` has returned), so the next owner re-sends nothing.
+        delivered and :meth:`run` has returned), so the next owner re-sends nothing. A
+        partition fenced meanwhile gets none: its marks count in a numbering the log does not
+        have.
 
         Raises:
             TransportError: the broker refused a record for good.
         """
-        batch = _Batch(parts={p: _Part() for p in partitions})
+        batch = _Batch(parts={p: _Part() for p in partitions if p in self._expected})
         if batch.parts:
-            await self._write(batch)  # fenced or not, a mark releases nothing
+            self._fence_all(await self._write(batch))  # a mark releases nothing
 
     def after(self, release: Callable[[], None], *, partition: int | None = None) -> None:
         """Call ``release`` once everything recorded so far is acknowledged (in order); not at
@@ -264,10 +271,26 @@ class Changelog:
         self._fenced.discard(partition)
         self._expected[partition] = offset
 
+    async def open_partition(self, partition: int) -> None:
+        """Before ``partition``'s restore reads the changelog: nothing to do here (in
+        transactional delivery its transactional id is taken there)."""
+        await trio.lowlevel.checkpoint()
+
+    async def close_partition(self, partition: int) -> None:
+        """``partition`` left this replica: nothing to let go here."""
+        await trio.lowlevel.checkpoint()
+
     def forget(self, partition: int) -> None:
-        """This writer no longer owns ``partition``."""
+        """This writer no longer owns ``partition`` (everything it recorded there is settled:
+        acknowledged, or withdrawn by a fence). Anything of it still unwritten is withdrawn."""
         self._expected.pop(partition, None)
         self._fenced.discard(partition)
+        self._withdraw(partition)
+
+    def expects(self, partition: int) -> bool:
+        """Whether this writer knows where its next record of ``partition`` must land (it took
+        the partition over, and no fence has voided it since)."""
+        return partition in self._expected
 
     async def durable(self, partitions: Iterable[int] = (), *, bounded: bool = False) -> None:
         """Return once everything recorded so far is acknowledged by the broker.
@@ -387,7 +410,7 @@ class Changelog:
                 continue
             self._writing = batch
             try:
-                fenced = await self._write(batch)
+                void = await self._write(batch)
             except TransportError as exc:
                 self._fail(batch, exc)
                 raise
@@ -397,9 +420,19 @@ class Changelog:
             self._room.set()
             self._resumed()
             for partition, release in batch.releases:
-                if partition is None or partition not in fenced:
+                if partition is None or partition not in void:
                     release()
-            for partition in sorted(fenced - self._fenced):
+            self._fence_all(void)
+
+    def _fence_all(self, void: dict[int, bool]) -> None:
+        """Settle the void records of a batch: ``void`` maps each partition whose record is
+        void to whether the partition's current owner here wrote it (then it is fenced) or an
+        earlier one (a record of a partition handed over, still in flight then: only the
+        writes that waited for it learn it is void)."""
+        for partition, current in sorted(void.items()):
+            if not current:
+                self._fences[partition] = self._fences.get(partition, 0) + 1
+            elif partition not in self._fenced:
                 self._fence(partition)
                 self._on_fenced(partition)
 
@@ -408,6 +441,10 @@ class Changelog:
         self._fenced.add(partition)
         self._fences[partition] = self._fences.get(partition, 0) + 1
         self.fenced += 1
+        self._withdraw(partition)
+
+    def _withdraw(self, partition: int) -> None:
+        """Drop what ``partition`` recorded and is not yet written, and what it would release."""
         for batch in [*self._sealed, self._open]:
             part = batch.parts.pop(partition, None)
             if part is not None:
@@ -423,10 +460,12 @@ class Changelog:
         self._room.set()
         _log.error("changelog_failed", error=str(error))
 
-    async def _write(self, batch: _Batch) -> set[int]:
-        """Write the batch; returns the partitions another writer wrote to meanwhile."""
+    async def _write(self, batch: _Batch) -> dict[int, bool]:
+        """Write the batch; returns the partitions whose record is void (another writer wrote
+        to them meanwhile), each with whether its current owner here wrote it."""
         order = sorted(batch.parts)
-        records = [self._record(p, batch.parts[p]) for p in order]
+        ats = [self._expected.get(p) for p in order]  # where each must land (None: unchecked)
+        records = [self._record(p, batch.parts[p], at) for p, at in zip(order, ats, strict=True)]
         written: list[int | None] = [None] * len(records)
         entries = sum(len(part.entries) for part in batch.parts.values())
         todo = list(range(len(records)))
@@ -454,7 +493,7 @@ class Changelog:
         self._counts["entries"] += entries
         self._counts["bytes"] += sum(len(r.value) for r in records)
         self._pending_entries -= entries
-        return self._check_offsets(order, written)
+        return self._check_offsets(order, written, ats)
 
     def _resumed(self) -> None:
         """Log ``journal_resumed`` once a stall is over: no entry left has waited ``wait_ms``
@@ -489,38 +528,48 @@ class Changelog:
             " Retry-After, consumed inputs wait in their topics, nothing decided is released",
         )
 
-    def _check_offsets(self, order: list[int], written: list[int | None]) -> set[int]:
-        fenced: set[int] = set()
-        for partition, offset in zip(order, written, strict=True):
+    def _check_offsets(
+        self, order: list[int], written: list[int | None], ats: list[int | None]
+    ) -> dict[int, bool]:
+        """The partitions whose record did not land where it had to (void), each with whether
+        the partition's current owner here wrote it; the next offset expected for the others.
+        """
+        void: dict[int, bool] = {}
+        for partition, offset, at in zip(order, written, ats, strict=True):
+            current = at is not None and self._expected.get(partition) == at
             if partition in self._fenced:
-                fenced.add(partition)  # written before the fence was seen: void as well
+                void[partition] = True  # written before the fence was seen: void as well
                 continue
-            expected = self._expected.get(partition)
-            if offset is None or expected is None:
+            if offset is None or at is None:
                 continue  # not known (a sink that does not say), or not taken over
-            if offset != expected:
-                fenced.add(partition)
+            if offset == at:
+                if current:
+                    self._expected[partition] = offset + 1
+                continue
+            void[partition] = current
+            if current:
                 del self._expected[partition]
-                _log.error(
-                    "partition_fenced",
-                    partition=partition,
-                    expected_offset=expected,
-                    written_offset=offset,
-                    detail="another writer appended to this partition's changelog: a replica"
-                    " that kept writing after the partition moved, or two replicas configured"
-                    " onto the same partitions (the same ordinal or static partitions);"
-                    " nothing this writer decided since is released, and it restores the"
-                    " partition from the changelog",
-                )
-            else:
-                self._expected[partition] = offset + 1
-        return fenced
+            _log.error(
+                "partition_fenced",
+                partition=partition,
+                expected_offset=at,
+                written_offset=offset,
+                owned=current,
+                detail="another writer appended to this partition's changelog: a replica"
+                " that kept writing after the partition moved, a replica cut from the"
+                " broker whose record landed after the new owner's, or two replicas"
+                " configured onto the same partitions (the same ordinal or static"
+                " partitions); the record is void, nothing this writer decided since is"
+                " released, and it restores the partition from the changelog if it still"
+                " owns it",
+            )
+        return void
 
     def _delivered_mark(self, partition: int, part: _Part) -> int:
         """The delivered mark a record of ``part`` carries."""
         return self._delivered(partition)
 
-    def _record(self, partition: int, part: _Part) -> OutRecord:
+    def _record(self, partition: int, part: _Part, at: int | None = None) -> OutRecord:
         self._end_input(part)
         value = encode_journal_record(
             partition,
@@ -528,6 +577,7 @@ class Changelog:
             part.positions,
             self._delivered_mark(partition, part),
             part.inputs,
+            at=at,
         )
         return OutRecord(self._topic, JOURNAL_KEY, value, partition=partition)
 

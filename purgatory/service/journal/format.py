@@ -21,6 +21,18 @@ the log decides every input once, whoever wrote it twice.
 ``delivered`` is the partition's highest outcome sequence whose callback (and every one before
 it) the broker had acknowledged when the record was written; a restore re-sends the outcomes
 after it.
+
+``at`` (acknowledged delivery) is the offset the record's writer expected it to land at: the
+end of the log it restored, then one past each of its own records. A record that landed
+anywhere else was written by a writer that no longer had the whole log (a replica cut from the
+broker while its partition moved, whose record in flight landed after the new owner's): it was
+decided on a state the log does not have, so it is **void**. Its writer releases nothing it
+caused (it sees the offset at the acknowledgement), and every replay skips it, entries,
+positions and delivered mark alike (:func:`counts`). The records that count therefore form one
+history in which each was written on exactly the records before it: an append made
+conditional on the log's end, checked by every reader. Records without ``at`` (transactional
+delivery, where the broker fences by producer epoch and markers take offsets; older journals)
+always count.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from purgatory._core._compact import dumps
 
 __all__ = [
     "JOURNAL_KEY",
+    "counts",
     "decode_journal_record",
     "encode_journal_record",
     "entry_text",
@@ -59,9 +72,14 @@ def encode_journal_record(
     positions: dict[str, int],
     delivered: int,
     inputs: Sequence[Sequence[Any]],
+    *,
+    at: int | None = None,
 ) -> bytes:
-    """The value of one journal record (``entries``: texts of :func:`entry_text`)."""
+    """The value of one journal record (``entries``: texts of :func:`entry_text`; ``at``: the
+    offset its writer expects it to land at, None: unchecked)."""
     extra = f',"inputs":{dumps(inputs)}' if inputs else ""
+    if at is not None:
+        extra += f',"at":{at:d}'
     value = (
         f'{{"v":1,"type":"journal","partition":{partition:d},'
         f'"entries":[{",".join(entries)}],"positions":{dumps(positions)},'
@@ -87,6 +105,13 @@ def fresh_entries(doc: dict[str, Any], positions: dict[str, int]) -> list[Any]:
     for first, end in stale:
         keep[first:end] = [False] * (end - first)
     return [entry for entry, kept in zip(entries, keep, strict=True) if kept]
+
+
+def counts(doc: dict[str, Any], offset: int) -> bool:
+    """Whether the journal record ``doc``, read at ``offset``, counts: it landed where its
+    writer expected it, or it does not say where (see the module docstring)."""
+    at = doc.get("at")
+    return at is None or at == offset
 
 
 def reach(positions: dict[str, int], reached: dict[str, int]) -> None:

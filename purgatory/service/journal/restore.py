@@ -8,8 +8,9 @@ clock,
    exactly as it was, or start from an empty engine when there is none;
 2. read the changelog partition of the same number from the snapshot's journal offset (or its
    start) to its real end (the high watermark a fetch reports), replaying every journal batch
-   at the times it was first applied, so the engine decides the same outcomes with the same
-   sequences;
+   that counts (not a stale writer's void record, see
+   :mod:`purgatory.service.journal.format`) at the times it was first applied, so the engine
+   decides the same outcomes with the same sequences;
 3. the outcomes after the last ``delivered`` mark are re-sent (exact repeats, same identity);
 4. the inputs resume at the positions the journal reached (the records after them were never
    journaled, so they are read again; a record before them is never applied twice);
@@ -38,7 +39,7 @@ from purgatory._core import (
     replay_journal,
     restore_engine,
 )
-from purgatory.service.journal.format import decode_journal_record, fresh_entries, reach
+from purgatory.service.journal.format import counts, decode_journal_record, fresh_entries, reach
 from purgatory.service.journal.snapshots import find_latest
 from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.telemetry.logging import get_logger
@@ -54,6 +55,7 @@ class Progress:
 
     partition: int
     records: int = 0
+    void: int = 0  # records that landed where their writer did not expect (skipped)
     entries: int = 0
     bytes: int = 0
     offset: int = 0
@@ -221,6 +223,9 @@ class Replayer:
             progress.offset = record.offset + 1
             doc = decode_journal_record(value)
             if doc is None:
+                continue
+            if not counts(doc, record.offset):  # a stale writer's: decided on another log
+                progress.void += 1
                 continue
             entries = fresh_entries(doc, self.positions)
             progress.entries += len(entries)

@@ -134,8 +134,9 @@ class TransactionalChangelog(Changelog):
     def _delivered_mark(self, partition: int, part: _Part) -> int:
         return max(self._delivered(partition), part.sequence)
 
-    async def _write(self, batch: _Batch) -> set[int]:
-        """One transaction per partition of ``batch``, side by side; the partitions fenced."""
+    async def _write(self, batch: _Batch) -> dict[int, bool]:
+        """One transaction per partition of ``batch``, side by side; the partitions fenced
+        (their transactions are void), each as its current owner's."""
         fenced: set[int] = set()
         failures: list[TransportError] = []
         async with trio.open_nursery() as nursery:
@@ -149,7 +150,7 @@ class TransactionalChangelog(Changelog):
         self._counts["records"] += len(batch.parts)
         self._counts["entries"] += entries
         self._pending_entries -= entries
-        return fenced
+        return dict.fromkeys(fenced, True)
 
     async def _transact(
         self, batch: _Batch, partition: int, fenced: set[int], failures: list[TransportError]
