@@ -44,8 +44,7 @@ from hypercorn.trio import serve
 
 from purgatory._codec import Limits
 from purgatory._core import Outcome, TransportError, UsageError
-from purgatory.service.dispatch.fences import FenceHoldOff
-from purgatory.service.dispatch.follow import follow_assignment
+from purgatory.service.dispatch.follow import Follower, FollowerConfig
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
 from purgatory.service.egress.acknowledgements import Acknowledgements
@@ -57,7 +56,6 @@ from purgatory.service.ingress.http.server import server_config
 from purgatory.service.ingress.intake import run_intake
 from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
 from purgatory.service.journal.release import release_for
-from purgatory.service.journal.restore import Progress
 from purgatory.service.journal.transactional import TransactionalChangelog
 from purgatory.service.kafka.clients import KafkaTransport
 from purgatory.service.kafka.config import KafkaClientConfig
@@ -73,6 +71,7 @@ from purgatory.service.ops.overview import Overview
 from purgatory.service.ops.recent import Recent
 from purgatory.service.ownership.forward import Forwarder, new_forwarder
 from purgatory.service.ownership.layout import TopicLayout
+from purgatory.service.ownership.life import LifeTable, PartitionState
 from purgatory.service.ownership.owners import StaticOwners
 from purgatory.service.settings import Delivery, Settings
 from purgatory.service.telemetry.logging import get_logger
@@ -190,12 +189,12 @@ class Service:
         self.changelog = self._build_changelog()
         self.gate: Gate = self.changelog if self.changelog is not None else NoJournal()
         self.release = release_for(self.changelog, self.outbox)
+        self.life = LifeTable(self.jitter)
         self.state = self._build_state(partitions)
         self.acks.listen(self.state.delivered)
         self.acks.listen(self.recent.outcome)
-        self.fencing = FenceHoldOff(self.jitter)
-        self.restores: dict[int, Progress] = {}
-        self.source.on_revoke(self._hand_over)
+        self.follower = self._build_follower()
+        self.source.on_revoke(self.follower.hand_over)
         self.owners, self.forwarder = self._build_ownership(partitions)
         self.reaper = Reaper(
             self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
@@ -213,7 +212,7 @@ class Service:
     @property
     def fences(self) -> dict[int, int]:
         """Partition -> times it was fenced (another writer appended to its changelog)."""
-        return self.fencing.counts
+        return self.follower.fences()
 
     def _expect_metrics(self) -> None:
         settings = self.settings
@@ -275,6 +274,31 @@ class Service:
             max_pending_per_client=settings.max_pending_per_client,
             max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
             max_memory_bytes=settings.max_memory_bytes,
+            life=self.life,
+        )
+
+    def _build_follower(self) -> Follower:
+        """The owner of every partition's life here: taken, restored, served, fenced, handed
+        over (:mod:`purgatory.service.dispatch.follow`)."""
+        settings = self.settings
+        config = FollowerConfig(
+            changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
+            input_topics=self.input_topics,
+            grace_s=settings.shutdown_grace_ms / 1000,
+        )
+        return Follower(
+            self.source,
+            self.state,
+            self.reader if settings.journal else None,
+            changelog=self.changelog,
+            gate=self.gate,
+            outbox=self.outbox,
+            release=self.release,
+            metrics=self.metrics,
+            clock=self.clock,
+            config=config,
+            table=self.life,
         )
 
     def _build_ownership(self, partitions: int) -> tuple[StaticOwners | None, Forwarder | None]:
@@ -334,40 +358,30 @@ class Service:
         return (
             self.ready
             and self.state.inputs_stopped is None
-            and bool(self._held())
-            and self._caught_up()
+            and bool(self.follower.held())
+            and self.follower.caught_up()
         )
 
     def partition_status(self) -> list[PartitionStatus]:
-        """The input partitions held now: served, restoring (and how far), or fenced."""
-        serving = self.state.serving()
-        restoring = self.state.restoring_now()
-        held = serving | restoring | {p for p in self._held() if self._holding_off(p)}
+        """The input partitions held now, each in its state (``/readyz``, the metrics)."""
         now = trio.current_time()
         statuses = []
-        for partition in sorted(held):
-            progress = self.restores.get(partition)
-            records = progress.records if progress is not None else 0
-            seconds = 0.0
+        for life in self.life.held():
+            progress = self.follower.progress.get(life.partition)
+            records, seconds = 0, 0.0
             if progress is not None:
-                seconds = (
-                    progress.seconds if progress.seconds is not None else now - progress.started_s
-                )
-            state = (
-                "serving"
-                if partition in serving
-                else "restoring"
-                if partition in restoring
-                else "fenced"
-            )
+                records = progress.records
+                done = progress.seconds
+                seconds = done if done is not None else now - progress.started_s
             statuses.append(
                 PartitionStatus(
-                    partition,
-                    partition in serving,
+                    life.partition,
+                    life.state is PartitionState.SERVING,
                     records,
                     seconds,
-                    state=state,
-                    fenced=self.fencing.counts.get(partition, 0),
+                    state=life.state.value,
+                    fenced=life.fences,
+                    reason=life.reason if life.state is not PartitionState.SERVING else None,
                 )
             )
         return statuses
@@ -388,6 +402,7 @@ class Service:
                     "restore_records": s.records,
                     "restore_seconds": round(s.seconds, 3),
                     "fenced": s.fenced,
+                    **({"reason": s.reason} if s.reason else {}),
                 }
                 for s in self.partition_status()
             },
@@ -411,74 +426,6 @@ class Service:
             "unacknowledged_seconds": round(stats.unacknowledged_s, 3),
         }
 
-    async def follow_assignment(self) -> None:
-        """Restore and serve each input partition the source is given; drop each one taken
-        away (runs until cancelled)."""
-        settings = self.settings
-        await follow_assignment(
-            self.source,
-            self.state,
-            self.reader if settings.journal else None,
-            changelog_topic=settings.topic_changelog,
-            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
-            input_topics=self.input_topics,
-            clock=self.clock,
-            progress=self.restores,
-            commit=self._restored_at,
-            took=self.changelog.expect if self.changelog is not None else None,
-            opening=(
-                self.changelog.open_partition
-                if isinstance(self.changelog, TransactionalChangelog)
-                else None
-            ),
-            taken=self.metrics.partition_taken,
-            hold_off=self._held_back,
-        )
-
-    def _restored_at(self, offsets: dict[tuple[str, int], int]) -> None:
-        """A restored partition resumes its inputs at ``offsets``: the group's offsets follow."""
-        for partition in sorted({p for _t, p in offsets}):
-            self.release.consumed(
-                partition, {tp: o for tp, o in offsets.items() if tp[1] == partition}
-            )
-
-    def _held(self) -> set[int]:
-        """The input partitions the source holds now."""
-        return {p for t, p in self.source.assignment() if t in self.input_topics}
-
-    def _caught_up(self) -> bool:
-        """Every input partition held is restored and served."""
-        return self._held() <= self.state.serving()
-
-    async def _hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
-        """A rebalance takes partitions away: stop applying them, wait until everything they
-        journaled is durable and everything they decided is delivered, and write their
-        delivered marks, so their next owner restores all of it and re-sends nothing."""
-        taken_partitions = {p for t, p in taken if t in self.input_topics}
-        partitions = sorted(taken_partitions & self.state.serving())
-        for partition in taken_partitions:  # a restore under way is not served when it ends
-            self.state.drop(partition, keep_acked=partition in partitions)
-            self.restores.pop(partition, None)
-        done = False
-        with trio.move_on_after(self.settings.shutdown_grace_ms / 1000):
-            # Every record in flight settles first: acknowledged where this writer expected
-            # it (what it caused is released), or elsewhere (void: the partition is fenced,
-            # nothing is released, and no delivered mark is written for it).
-            await self.gate.durable()
-            if self.changelog is not None and not self.outbox.closed:
-                await self.outbox.acknowledged()
-                await self.changelog.mark_delivered(partitions)
-            done = True
-        for partition in partitions:
-            self.state.forget_acked(partition)
-        if self.changelog is not None:  # a record still in flight checks itself (its ``at``)
-            for partition in taken_partitions:
-                self.changelog.forget(partition)
-        if isinstance(self.changelog, TransactionalChangelog):
-            for partition in sorted(taken_partitions):
-                await self.changelog.close_partition(partition)
-        _log.info("partitions_handed_over", partitions=partitions, complete=done)
-
     def _owner_url(self, partition: int) -> str | None:
         """Where to forward a request for ``partition`` (None: nowhere)."""
         if self.owners is not None:
@@ -486,39 +433,12 @@ class Service:
         url = self.source.owner_urls().get(partition)
         return None if url is None or url == self.settings.advertised_url else url.rstrip("/")
 
-    def _fenced(self, partition: int) -> None:
-        """Another writer wrote to ``partition``'s changelog: stop serving it; the assignment
-        follower restores it again from the changelog (if it is still ours) after the hold-off
-        (:mod:`purgatory.service.dispatch.fences`)."""
-        self.state.drop(partition)
-        self.restores.pop(partition, None)
-        self.metrics.partition_fenced(partition)
-        delay, streak = self.fencing.fenced(partition)
-        _log.warning(
-            "partition_restore_deferred",
-            partition=partition,
-            seconds=round(delay, 3),
-            fences_in_a_row=streak,
-            fences=self.fencing.counts[partition],
-        )
-
-    def _held_back(self, partition: int) -> bool:
-        """Whether ``partition`` is not to be restored now: inputs are stopped, it is beyond
-        the partitions the service started with (an input topic grew: it has no journal), or
-        it waits out its back-off after a fence."""
-        return (
-            self.state.inputs_stopped is not None
-            or partition >= self.state.partitions
-            or self._holding_off(partition)
-        )
-
-    def _holding_off(self, partition: int) -> bool:
-        """Whether ``partition`` waits out its hold-off after a fence."""
-        return self.fencing.holding_off(partition)
-
     # Late-bound: the changelog and the state are built before the parts these reach.
     def _acked(self, partition: int) -> int:
         return self.state.acked(partition)
+
+    def _fenced(self, partition: int) -> None:
+        self.follower.fenced(partition)
 
     def _wake(self, deadline_ms: int) -> None:
         self.reaper.wake_if_earlier(deadline_ms)
@@ -587,7 +507,7 @@ class Service:
         http_stopped = trio.Event()
         async with trio.open_nursery() as inputs:
             await inputs.start(self.reaper.run)
-            inputs.start_soon(self.follow_assignment)
+            inputs.start_soon(self.follower.run)
             inputs.start_soon(self.layout.run)
             inputs.start_soon(self._run_intake)
             bound: list[str] = []
@@ -603,7 +523,7 @@ class Service:
                 )
                 bound = await inputs.start(serving)
             # HTTP answers meanwhile: /readyz 503, the restoring partitions' inputs 503.
-            while not self._caught_up() and not stop.is_set():
+            while not self.follower.caught_up() and not stop.is_set():
                 await trio.sleep(0.01)
             self.ready = True
             _log.info("service_ready", http=bound)

@@ -9,13 +9,20 @@ Faults, all deterministic:
 
 * ``refuse``: a function deciding, per record, a :class:`SendFailure` (too large, retriable);
 * ``fail_commits``: how many of the next commits raise ``TransportError``;
+* ``fail_reads``: how many of the next reads of a partition (a restore's) raise
+  ``TransportError``, as a read that timed out does (``fail_opens`` likewise for the next
+  ``init_transactions`` of the fake transactions);
 * ``stall``: while cleared, nothing is acknowledged (a stalled broker);
 * ``crash_at``: at that step (every poll handing a batch, send, acknowledgement and commit is a
   step, counted in ``steps``), the scope given in ``crash_scope`` is cancelled, which is what a
   SIGKILL does to everything the service held in memory; the broker keeps what it acknowledged;
 * ``add_partitions``: a topic grows, as Kafka's CreatePartitions does to a live topic; producers
   (``append``) place keys by the new count at once, and the source and the reader report it,
-  while a source keeps reading only the partitions it was given (as a static assignment does).
+  while a source keeps reading only the partitions it was given (as a static assignment does);
+* ``FakeTransport.link``: one client's link to the broker. While it is cleared (cut), what
+  that client sends stays in flight and lands when it is set again (healed), after whatever
+  the other clients wrote meanwhile; its source fetches nothing, and its reads and commits
+  wait.
 
 The source holds every partition it is given until the service resumes it at a position (as
 the kafka-python source does), and the reader reads a partition to its end (the changelog).
@@ -35,7 +42,29 @@ from purgatory._core import TransportError
 from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
 from purgatory.service.ownership.partitioning import partition_for
 
-__all__ = ["FakeBroker", "FakeTransport"]
+__all__ = ["FakeBroker", "FakeTransport", "Link"]
+
+
+class Link:
+    """One client's link to the broker: up, or cut until it is healed."""
+
+    def __init__(self) -> None:
+        self._up = trio.Event()
+        self._up.set()
+
+    def cut(self) -> None:
+        """From now on nothing crosses the link (what is under way waits)."""
+        if self._up.is_set():
+            self._up = trio.Event()
+
+    def heal(self) -> None:
+        """What waited crosses now."""
+        self._up.set()
+
+    async def wait(self) -> None:
+        """Return once the link is up."""
+        while not self._up.is_set():
+            await self._up.wait()
 
 
 @dataclass
@@ -45,6 +74,8 @@ class FakeBroker:
     partitions: Mapping[str, int]
     refuse: Callable[[OutRecord], SendFailure | None] = lambda _record: None
     fail_commits: int = 0
+    fail_reads: int = 0
+    fail_opens: int = 0
     crash_at: int | None = None
     crash_scope: trio.CancelScope | None = None
     steps: int = 0
@@ -127,8 +158,10 @@ class FakeSource:
         broker: FakeBroker,
         receive: trio.MemoryReceiveChannel[list[ConsumedRecord]],
         assigned: list[tuple[str, int]],
+        link: Link | None = None,
     ) -> None:
         self._broker = broker
+        self._link = link if link is not None else Link()
         self.receive = receive
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
@@ -141,6 +174,7 @@ class FakeSource:
         broker = self._broker
         broker.step("commit")
         await trio.sleep(0.001)  # a round trip
+        await self._link.wait()
         if broker.fail_commits:
             broker.fail_commits -= 1
             raise TransportError("commit refused (injected)")
@@ -205,8 +239,10 @@ class FakeReader:
         broker: FakeBroker,
         batch: int = 100,
         committed: Callable[[str, int], tuple[list[ConsumedRecord], int]] | None = None,
+        link: Link | None = None,
     ) -> None:
         self._broker = broker
+        self._link = link if link is not None else Link()
         self._batch = batch
         self._committed = committed  # read_committed: (records visible, last stable offset)
 
@@ -218,6 +254,11 @@ class FakeReader:
         handle: Callable[[list[ConsumedRecord]], None],
     ) -> int:
         self._broker.step("read")
+        await self._link.wait()
+        if self._broker.fail_reads:
+            self._broker.fail_reads -= 1
+            await trio.sleep(1)  # the request's timeout
+            raise TransportError(f"reading {topic}[{partition}] failed: RequestTimedOutError")
         if self._committed is not None:
             visible, end = self._committed(topic, partition)
             records = [r for r in visible if r.offset >= start]
@@ -252,6 +293,8 @@ class FakeTransport:
     broker: FakeBroker
     ack_delay_s: float = 0.002
     max_batch: int = 500
+    #: this client's link to the broker: cleared, it is cut (see the module docstring)
+    link: Link = field(default_factory=Link)
     #: the transaction coordinator (``fake_transactions.Transactions``): what
     #: ``open_transactions`` writes through and ``read_committed`` readers read
     transactions: Any = None
@@ -263,13 +306,14 @@ class FakeTransport:
         broker = self.broker
         assigned = assignment or [(t, p) for t in topics for p in range(len(broker.topics[t]))]
         send, receive = trio.open_memory_channel[list[ConsumedRecord]](4)
-        source = FakeSource(broker, receive, assigned)
+        source = FakeSource(broker, receive, assigned, self.link)
         for tp in assigned:
             source.positions[tp] = broker.committed.get(tp, 0)
 
         async def poll() -> None:
             async with send:
                 while True:
+                    await self.link.wait()
                     batch: list[ConsumedRecord] = []
                     for tp in assigned:
                         if tp in source.paused:
@@ -302,9 +346,9 @@ class FakeTransport:
                     coordinator.last_stable_offset(topic, partition),
                 )
 
-            yield FakeReader(self.broker, committed=committed)
+            yield FakeReader(self.broker, committed=committed, link=self.link)
         else:
-            yield FakeReader(self.broker)
+            yield FakeReader(self.broker, link=self.link)
 
     @asynccontextmanager
     async def open_transactions(
@@ -327,6 +371,7 @@ class FakeTransport:
             async for records, delivery in receive:
                 await trio.sleep(self.ack_delay_s)
                 await broker.stall.wait()
+                await self.link.wait()
                 for index, record in enumerate(records):
                     failure = broker.refuse(record)
                     if failure is None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from purgatory._core import TransportError
 from purgatory.service.kafka.transport import (
     ConsumedRecord,
     OutRecord,
@@ -196,6 +197,13 @@ class FakeProducers:
     async def open(self, partition: int) -> None:
         await trio.sleep(0)
         self.broker.step("txn-init")
+        if self.broker.fail_opens:
+            self.broker.fail_opens -= 1
+            await trio.sleep(5)  # kafka-python's max_block_ms
+            raise TransportError(
+                f"init_transactions for '{self.id_prefix}-{partition}' failed:"
+                " KafkaTimeoutError: Timeout after waiting for 5000 ms."
+            )
         self.epochs[partition] = self.coordinator.init(f"{self.id_prefix}-{partition}")
 
     async def commit(

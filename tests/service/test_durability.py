@@ -409,7 +409,7 @@ async def _with_http(
                 assert service.changelog is not None
                 await nursery.start(service.changelog.run)
                 await nursery.start(service.reaper.run)
-                nursery.start_soon(service.follow_assignment)
+                nursery.start_soon(service.follower.run)
                 if wait_serving:
                     while service.state.serving() != frozenset(range(PARTITIONS)):
                         await trio.sleep(0.01)

@@ -97,7 +97,7 @@ async def serving(settings: Settings, clock: Clock) -> AsyncIterator[tuple[Servi
             assert service.changelog is not None
             await nursery.start(service.changelog.run)
             await nursery.start(service.reaper.run)
-            nursery.start_soon(service.follow_assignment)
+            nursery.start_soon(service.follower.run)
             while not service.state.serving():
                 await trio.sleep(0.01)
             yield service, broker

@@ -1,163 +1,340 @@
-"""Following the assignment: serve exactly the input partitions the source holds (service
-layer: dispatch).
+"""One owner of every partition's life on this replica (service layer: dispatch).
 
-When this replica is given an input partition (at start, or by a group rebalance), the source
-holds it unread while :func:`~purgatory.service.journal.restore.restore_partition` rebuilds
-its engine; this module then serves the partition with it, re-sends what was decided and not
-delivered, and resumes the inputs at the positions the journal reached. While a partition
-restores, its HTTP inputs answer 503 with Retry-After (``NotServingError``) and ``/readyz``
-reports the restore's progress. A partition taken away is dropped: everything it decided is
-journaled already, so its next owner re-sends what was not delivered.
+:class:`Follower` drives the :class:`~purgatory.service.ownership.life.LifeTable` from what
+happens to a partition, and is the only one that does:
+
+* **taken**: the source holds a partition it was given (at start, or by a group rebalance),
+  unread; the follower restores it
+  (:func:`~purgatory.service.journal.restore.restore_partition`: the latest snapshot, then the
+  journal after it), then serves it with the rebuilt engine, re-sends what was decided and
+  not delivered, and resumes the inputs at the positions the journal reached. In
+  transactional delivery, the partition's transactional id is taken first, fencing every
+  earlier writer.
+* **weather**: a restore that fails on the broker (a timeout, a refused connection, a
+  transaction coordinator still loading) is tried again after a back-off, while ``/readyz``
+  says why; a timeout is never a reason to exit.
+* **fenced**: another writer appended to the partition's changelog (the journal's writer says
+  so): the partition stops serving at once, nothing it decided since is released, and it is
+  restored again from the changelog after a back-off that doubles while the fences go on.
+* **revoked**: the group takes the partition away (cleanly, or lost with a session that
+  expired while a link was cut). :meth:`Follower.hand_over` stops applying it, waits until
+  every journal record in flight has settled (acknowledged where this writer expected it, so
+  what it caused is released; or elsewhere, void, so nothing is), until every callback it
+  decided is delivered, and writes its delivered mark, within ``grace_s``; then the partition
+  is dropped. Its next owner restores a journal that holds everything and re-sends nothing.
+  The source calls it off the consumer's heartbeats (see
+  :mod:`purgatory.service.kafka.source`).
+
+While a partition is not serving, its HTTP inputs answer 503 with Retry-After
+(``NotServingError``), and ``/readyz`` reports its state, its restore's progress and, when it
+waits, why.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import trio
 
-from purgatory._core import Outcome
+from purgatory._core import BadRecordError, TransportError
 from purgatory.service.dispatch.partitions import ServiceState
-from purgatory.service.journal.restore import Progress, restore_partition
+from purgatory.service.egress.outbox import Outbox
+from purgatory.service.journal.changelog import Changelog, Gate
+from purgatory.service.journal.release import Release
+from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.kafka.transport import LogReader, RecordSource
+from purgatory.service.ownership.life import Life, LifeEvent, LifeTable, PartitionState
 from purgatory.service.telemetry.logging import get_logger
+from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
 
-__all__ = ["follow_assignment"]
+__all__ = ["Follower", "FollowerConfig"]
 
 _log = get_logger()
 
 
-async def follow_assignment(
-    source: RecordSource,
-    state: ServiceState,
-    reader: LogReader | None,
-    *,
-    changelog_topic: str,
-    snapshots_topic: str | None = None,
-    input_topics: Collection[str],
-    clock: Clock,
-    progress: dict[int, Progress],
-    commit: Callable[[dict[tuple[str, int], int]], None] = lambda _offsets: None,
-    took: Callable[[int, int], None] | None = None,
-    opening: Callable[[int], Awaitable[None]] | None = None,
-    taken: Callable[[int], None] = lambda _partition: None,
-    hold_off: Callable[[int], bool] = lambda _partition: False,
-    poll_s: float = 0.05,
-) -> None:
-    """Serve exactly the input partitions the source holds: restore each one it is given
-    (without a ``reader``, start it empty), drop each one taken away. Runs until cancelled.
+@dataclass(frozen=True, slots=True)
+class FollowerConfig:
+    """Where a partition's journal is, and how long a hand-over may take.
 
-    ``commit`` takes the journaled positions of a restored partition (the outbox's
-    ``put_commit``: the group's offsets then follow the journal, after the re-sent outcomes).
-    ``took`` is told each partition restored and the changelog offset it was restored to (the
-    journal's writer then checks that its next record lands there); ``opening`` is awaited
-    before each restore reads the changelog (transactional delivery takes the partition's
-    transactional id there, fencing its earlier owners); ``taken`` is told each
-    partition as its restore begins. A partition still held but
-    no longer served (fenced: another writer wrote to it) is restored again, once ``hold_off``
-    says its back-off is over."""
-    known: set[int] = set()
-    while True:
-        # Fenced partitions (dropped while still held) are taken again, from the changelog.
-        known &= state.serving() | state.restoring_now()
-        held = {p for t, p in source.assignment() if t in input_topics}
-        paused = {p for t, p in source.held() if t in input_topics}
-        # Taken away; or taken away and given back between two looks (held again: the
-        # consumer's position was reset, so the partition is restored again from its journal).
-        _drop(state, progress, known, (known - held) | (known & paused))
-        new = sorted(p for p in held - known if not hold_off(p))
-        for partition in new:
-            state.restoring(partition)
-            taken(partition)
-        async with trio.open_nursery() as restores:  # in parallel: each mostly waits on I/O
-            for partition in new:
-                restores.start_soon(
-                    functools.partial(
-                        _take,
-                        source,
-                        state,
-                        reader,
-                        partition=partition,
-                        changelog_topic=changelog_topic,
-                        snapshots_topic=snapshots_topic,
-                        input_topics=input_topics,
-                        clock=clock,
-                        progress=progress,
-                        commit=commit,
-                        took=took,
-                        opening=opening,
-                    )
+    Attributes:
+        changelog_topic: the journal's topic (partition p holds input partition p's).
+        snapshots_topic: the snapshots' topic (None: restore from the journal alone).
+        input_topics: the input topics, co-partitioned.
+        grace_s: how long a hand-over waits for what the partition recorded and decided.
+        poll_s: how often the assignment is looked at.
+    """
+
+    changelog_topic: str
+    snapshots_topic: str | None
+    input_topics: tuple[str, ...]
+    grace_s: float
+    poll_s: float = 0.05
+
+
+class Follower:
+    """Takes, restores, serves, fences, hands over and drops this replica's partitions.
+
+    Args:
+        source: the input topics' consumer (what it holds is what this replica was given).
+        state: the engines of the partitions served.
+        reader: reads the changelog at restore (None: a partition starts empty).
+        changelog: the journal's writer (None: no journal).
+        gate: what the journal holds back (its :meth:`~Gate.durable`).
+        outbox: egress (a hand-over waits for its acknowledgements).
+        release: takes the positions a restored partition resumes at (the group's offsets
+            follow them).
+        metrics: where restores and fences are counted.
+        clock: the time source (the engines' epoch ms).
+        config: the topics and bounds.
+        table: the partitions' lives (this follower is the only one that moves them).
+    """
+
+    def __init__(
+        self,
+        source: RecordSource,
+        state: ServiceState,
+        reader: LogReader | None,
+        *,
+        changelog: Changelog | None,
+        gate: Gate,
+        outbox: Outbox,
+        release: Release,
+        metrics: Metrics,
+        clock: Clock,
+        config: FollowerConfig,
+        table: LifeTable,
+    ) -> None:
+        self._source = source
+        self._state = state
+        self._reader = reader
+        self._changelog = changelog
+        self._gate = gate
+        self._outbox = outbox
+        self._release = release
+        self._metrics = metrics
+        self._clock = clock
+        self._config = config
+        self.table = table
+        self.progress: dict[int, Progress] = {}  # each held partition's latest restore
+
+    # -- what the rest of the service reads ----------------------------------------------------
+
+    def held(self) -> frozenset[int]:
+        """The input partitions the source holds now."""
+        topics = self._config.input_topics
+        return frozenset(p for t, p in self._source.assignment() if t in topics)
+
+    def caught_up(self) -> bool:
+        """Every input partition held is restored and served."""
+        return self.held() <= self.table.in_state(PartitionState.SERVING)
+
+    def fences(self) -> dict[int, int]:
+        """Partition -> times it was fenced since this replica started."""
+        return self.table.fences()
+
+    # -- the assignment --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow the source's assignment until cancelled: take what it gives, restore what is
+        due, hand over what it took away."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._look(nursery)
+                await trio.sleep(self._config.poll_s)
+
+    def _look(self, nursery: trio.Nursery) -> None:
+        now = trio.current_time()
+        held = self.held()
+        topics = self._config.input_topics
+        paused = {p for t, p in self._source.held() if t in topics}
+        table = self.table
+        # Taken away without a revocation seen (or taken away and given back between two
+        # looks: held again, unread, so its position was reset): handed over, then taken anew.
+        live = table.in_state(
+            PartitionState.TAKEN,
+            PartitionState.RESTORING,
+            PartitionState.SERVING,
+            PartitionState.FENCED,
+        )
+        gone = (live - held) | (table.in_state(PartitionState.SERVING) & paused)
+        if gone:
+            nursery.start_soon(self._settle, self._revoke(gone))
+        for partition in sorted(held - live - table.in_state(PartitionState.HANDING_OVER)):
+            table.take(partition, now)
+        for partition in table.due(now):
+            if partition not in held or self._held_back(partition):
+                continue
+            life = table.on(partition, LifeEvent.BEGIN, now)
+            self._metrics.partition_taken(partition)
+            nursery.start_soon(functools.partial(self._restore, life, life.restores))
+
+    def _held_back(self, partition: int) -> bool:
+        """Whether ``partition`` is not to be restored now: inputs are stopped, or it is beyond
+        the partitions the service started with (an input topic grew: it has no journal)."""
+        return self._state.inputs_stopped is not None or partition >= self._state.partitions
+
+    # -- taken -> restoring -> serving --------------------------------------------------------
+
+    async def _restore(self, life: Life, restores: int) -> None:
+        """Restore ``life``'s partition (or start it empty without a reader), then serve it;
+        on the broker's weather, leave it ``taken`` to be tried again after a back-off."""
+        partition = life.partition
+        status = self.progress[partition] = Progress(partition)
+        try:
+            restored = await self._rebuild(partition, restores, status)
+        except (TransportError, BadRecordError) as exc:
+            if self._current(life, restores):
+                life = self.table.on(
+                    partition, LifeEvent.FAILED, trio.current_time(), reason=str(exc)
                 )
-        known.update(new)
-        await trio.sleep(poll_s)
+                _log.warning(
+                    "partition_restore_failed",
+                    partition=partition,
+                    error=str(exc),
+                    failures=life.failures,
+                    retry_in_s=round(max(0.0, life.until_s - trio.current_time()), 3),
+                )
+            return
+        if not self._current(life, restores):
+            _log.info("partition_taken_while_restoring", partition=partition)
+            return  # revoked or fenced meanwhile: this restore is void
+        await self._serve(restored)
 
+    async def _rebuild(self, partition: int, restores: int, status: Progress) -> Restored:
+        """``partition``'s engine from its snapshot and journal (new, without a reader).
 
-def _drop(
-    state: ServiceState, progress: dict[int, Progress], known: set[int], gone: set[int]
-) -> None:
-    for partition in sorted(gone):
-        state.drop(partition)
-        progress.pop(partition, None)
-        known.discard(partition)
-        _log.info("partition_dropped", partition=partition)
+        Raises:
+            TransportError: the broker did not answer (or refused) a read or the take of the
+                partition's transactional id.
+            BadRecordError: a journal entry is damaged.
+        """
+        if self._changelog is not None:  # transactional: earlier writers fenced before the read
+            await self._changelog.open_partition(partition)
+        if self._reader is None:  # no journal: the partition starts empty
+            status.seconds = 0.0
+            engine = self._state.new_engine(partition, start_ms=0)
+            return Restored(engine, {}, [], 0, 0, status)
+        _log.info("partition_restoring", partition=partition, attempt=restores)
+        return await restore_partition(
+            self._reader,
+            topic=self._config.changelog_topic,
+            snapshots_topic=self._config.snapshots_topic,
+            partition=partition,
+            config=self._state.config,
+            journal=self._state.journal(partition),
+            progress=status,
+        )
 
+    async def _serve(self, restored: Restored) -> None:
+        """Serve a restored partition: its writer told where the log ends, the overdue
+        flagged late, the undelivered re-sent, its inputs resumed where the journal reached."""
+        engine, positions, status = restored.engine, restored.positions, restored.progress
+        partition = engine.partition
+        if self._changelog is not None:  # where its next record must land: checked first
+            self._changelog.expect(partition, restored.journal_end)
+        late = engine.resume(self._clock.now_ms())
+        topics = self._config.input_topics
+        epochs = {t: self._source.resume_epoch(t, partition) for t in topics}
+        self.table.on(partition, LifeEvent.RESTORED, trio.current_time())
+        self._state.serve(
+            partition, engine, acked=restored.acked, positions=positions, epochs=epochs
+        )
+        self._state.redeliver(restored.resend)
+        await self._source.resume({(t, partition): positions.get(t) for t in topics})
+        if positions:  # the group's offsets follow the journal, after the re-sent outcomes
+            self._release.consumed(partition, {(t, partition): o for t, o in positions.items()})
+        _log.info(
+            "partition_serving",
+            partition=partition,
+            journal_records=status.records,
+            void_records=status.void,
+            journal_entries=status.entries,
+            pending=engine.statistics().pending,
+            resent=len(restored.resend),
+            overdue=late,
+            snapshot_pending=status.snapshot_pending,
+            restore_s=round(status.seconds or 0.0, 3),
+            positions=positions,
+        )
 
-async def _take(
-    source: RecordSource,
-    state: ServiceState,
-    reader: LogReader | None,
-    *,
-    partition: int,
-    changelog_topic: str,
-    snapshots_topic: str | None,
-    input_topics: Collection[str],
-    clock: Clock,
-    progress: dict[int, Progress],
-    commit: Callable[[dict[tuple[str, int], int]], None],
-    took: Callable[[int, int], None] | None,
-    opening: Callable[[int], Awaitable[None]] | None = None,
-) -> None:
-    """Restore ``partition`` (or start it empty without a ``reader``), then serve it."""
-    status = progress[partition] = Progress(partition)
-    positions: dict[str, int] = {}
-    resend: list[Outcome] = []
-    acked, journal_end = 0, None
-    if opening is not None:  # before the changelog is read: earlier writers fenced
-        await opening(partition)
-    if reader is not None:
-        _log.info("partition_restoring", partition=partition)
-        restored = await restore_partition(
-            reader, topic=changelog_topic, snapshots_topic=snapshots_topic, partition=partition,
-            config=state.config, journal=state.journal(partition), progress=status,
-        )  # fmt: skip
-        engine, positions, resend = restored.engine, restored.positions, restored.resend
-        acked, journal_end = restored.acked, restored.journal_end
-    else:  # no journal: the partition starts empty
-        engine = state.new_engine(partition, start_ms=0)
-        status.seconds = 0.0
-    if not any((t, partition) in source.assignment() for t in input_topics):
-        _log.info("partition_taken_while_restoring", partition=partition)
-        return  # taken away meanwhile: its next owner restores it
-    if took is not None and journal_end is not None:
-        took(partition, journal_end)  # before the resume entry: the first record checked
-    late = engine.resume(clock.now_ms())
-    epochs = {t: source.resume_epoch(t, partition) for t in input_topics}
-    state.serve(partition, engine, acked=acked, positions=positions, epochs=epochs)
-    state.redeliver(resend)
-    await source.resume({(t, partition): positions.get(t) for t in input_topics})
-    if positions:
-        commit({(t, partition): offset for t, offset in positions.items()})
-    _log.info(
-        "partition_serving",
-        partition=partition,
-        journal_records=status.records,
-        journal_entries=status.entries,
-        pending=engine.statistics().pending,
-        resent=len(resend),
-        overdue=late,
-        snapshot_pending=status.snapshot_pending,
-        restore_s=round(status.seconds or 0.0, 3),
-        positions=positions,
-    )
+    def _current(self, life: Life, restores: int) -> bool:
+        """Whether ``life`` is still the partition's and still in the restore ``restores``."""
+        return (
+            self.table.get(life.partition) is life
+            and life.state is PartitionState.RESTORING
+            and life.restores == restores
+        )
+
+    # -- fenced ----------------------------------------------------------------------------------
+
+    def fenced(self, partition: int) -> None:
+        """Another writer wrote to ``partition``'s changelog (or took its transactional id):
+        stop serving it; it is restored again from the changelog after its back-off."""
+        if self.table.get(partition) is None:
+            self._metrics.partition_fenced(partition)
+            return  # no longer held: its last record was void, nothing else to do
+        life = self.table.on(partition, LifeEvent.FENCED, trio.current_time())
+        self._metrics.partition_fenced(partition)
+        if life.state is PartitionState.FENCED:
+            self._state.drop(partition)
+            _log.warning(
+                "partition_restore_deferred",
+                partition=partition,
+                seconds=round(life.until_s - trio.current_time(), 3),
+                fences_in_a_row=life.streak,
+                fences=life.fences,
+            )
+
+    # -- revoked -> handing over -> dropped ----------------------------------------------------
+
+    async def hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
+        """A rebalance takes partitions away (or they were lost with the session): stop
+        applying them, let what they recorded settle and what they decided be delivered, write
+        their delivered marks, and drop them (see the module docstring)."""
+        topics = self._config.input_topics
+        await self._settle(self._revoke({p for t, p in taken if t in topics}))
+
+    def _revoke(self, partitions: Iterable[int]) -> dict[int, bool]:
+        """Move each held partition of ``partitions`` to ``handing over``, at once: it applies
+        nothing more. Returns those this call moved, each with whether it was serving."""
+        now = trio.current_time()
+        moved: dict[int, bool] = {}
+        for partition in sorted(set(partitions)):
+            life = self.table.get(partition)
+            if life is None or life.state is PartitionState.HANDING_OVER:
+                continue  # not held, or handed over by another call already
+            serving = life.state is PartitionState.SERVING
+            self.table.on(partition, LifeEvent.REVOKED, now)
+            self._state.drop(partition, keep_acked=serving)
+            moved[partition] = serving
+        return moved
+
+    async def _settle(self, moved: dict[int, bool]) -> None:
+        if not moved:
+            return
+        serving = sorted(p for p, was in moved.items() if was)
+        changelog = self._changelog
+        done = False
+        with trio.move_on_after(self._config.grace_s):
+            # Every record in flight settles first: acknowledged where this writer expected
+            # it (what it caused is released), or elsewhere (void: the partition is fenced,
+            # nothing is released, and no delivered mark is written for it).
+            await self._gate.durable()
+            if changelog is not None and not self._outbox.closed:
+                await self._outbox.acknowledged()
+                await changelog.mark_delivered(serving)
+            done = True
+        for partition in serving:
+            self._state.forget_acked(partition)
+        now = trio.current_time()
+        for partition in sorted(moved):
+            if changelog is not None:  # a record still in flight checks itself (its ``at``)
+                changelog.forget(partition)
+                await changelog.close_partition(partition)
+            self.table.on(partition, LifeEvent.HANDED_OVER, now)
+            self.progress.pop(partition, None)
+            _log.info("partition_dropped", partition=partition)
+        _log.info("partitions_handed_over", partitions=serving, complete=done)

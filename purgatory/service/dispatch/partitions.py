@@ -53,6 +53,7 @@ from purgatory.service.dispatch.admission import ANONYMOUS_CLIENT, Admission
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
 from purgatory.service.dispatch.waiters import Waiters
 from purgatory.service.errors import NotServingError
+from purgatory.service.ownership.life import LifeTable, PartitionState
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.telemetry.logging import get_logger, logs_enabled
 from purgatory.service.telemetry.metrics import Metrics
@@ -98,6 +99,8 @@ class ServiceState:
         max_pending_bytes_per_client: estimated bytes of them (0: no limit).
         max_memory_bytes: the replica's memory budget in estimated bytes, base included (0:
             none); registrations and signals nobody awaits are refused beyond it.
+        life: the partitions' lives (read only: a partition held and not serving answers
+            503 as restoring).
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class ServiceState:
         max_pending_per_client: int = 0,
         max_pending_bytes_per_client: int = 0,
         max_memory_bytes: int = 0,
+        life: LifeTable | None = None,
     ) -> None:
         if partitions < 1:
             raise UsageError(f"partitions must be >= 1, got {partitions}")
@@ -124,7 +128,7 @@ class ServiceState:
         self.partitions = partitions
         self._journal_for = journal_for
         self._engines: dict[int, Engine] = {}
-        self._restoring: set[int] = set()
+        self._life = life
         self._acked: dict[int, int] = {}  # partition -> highest acknowledged outcome sequence
         self._positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
         self._epochs: dict[tuple[str, int], int] = {}  # (topic, partition) -> least epoch
@@ -162,10 +166,6 @@ class ServiceState:
         """The journal of ``partition``'s engine (None: not journaled)."""
         return None if self._journal_for is None else self._journal_for(partition)
 
-    def restoring(self, partition: int) -> None:
-        """``partition`` is assigned here and being restored: its inputs answer 503."""
-        self._restoring.add(partition)
-
     def serve(
         self,
         partition: int,
@@ -185,7 +185,6 @@ class ServiceState:
                 before the source's seek to ``positions`` carry a lower one and are skipped
                 (they may lie past records the seek reads again).
         """
-        self._restoring.discard(partition)
         for topic, offset in (positions or {}).items():
             self._positions[(topic, partition)] = offset
         for topic, epoch in (epochs or {}).items():
@@ -202,7 +201,6 @@ class ServiceState:
             keep_acked: go on following its delivered outcomes (while it is handed over) until
                 :meth:`forget_acked`.
         """
-        self._restoring.discard(partition)
         self._engines.pop(partition, None)
         self.admission.dropped(partition)
         if not keep_acked:
@@ -237,8 +235,12 @@ class ServiceState:
         return frozenset(self._engines)
 
     def restoring_now(self) -> frozenset[int]:
-        """The partitions being restored now."""
-        return frozenset(self._restoring)
+        """The partitions held here and not serving yet (restoring, or waiting to)."""
+        if self._life is None:
+            return frozenset()
+        return self._life.in_state(
+            PartitionState.TAKEN, PartitionState.RESTORING, PartitionState.FENCED
+        )
 
     def engine_of(self, scope: str) -> Engine:
         """The engine of ``scope``'s partition.
@@ -249,7 +251,7 @@ class ServiceState:
         partition = partition_for(scope, self.partitions)
         engine = self._engines.get(partition)
         if engine is None:
-            raise NotServingError(partition, restoring=partition in self._restoring)
+            raise NotServingError(partition, restoring=partition in self.restoring_now())
         return engine
 
     def stop_inputs(self, why: str) -> None:

@@ -15,7 +15,7 @@ The protocol is cooperative (KIP-429, Kafka's incremental rebalancing): a member
 serving every partition that stays its own through a rebalance; nothing is revoked up front.
 Each member's subscription names the partitions it owns. A partition whose owner changes
 moves in two rounds: the first assignment gives it to nobody, so its current owner revokes it
-(hands it over, see ``Service._hand_over``: stops applying it, flushes, journals, commits) and
+(hands it over, see ``Follower.hand_over``: stops applying it, flushes, journals, commits) and
 asks for a second rebalance, which gives it to its new owner, who restores it before serving
 it. So no partition ever has two owners, and a resize moves (and restores) only the partitions
 that change hands. A partition claimed by two members at once (a stale claim after a

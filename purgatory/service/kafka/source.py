@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import trio
-from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka import (
+    AsyncConsumerRebalanceListener,
+    ConsumerRebalanceListener,
+    KafkaConsumer,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
@@ -56,6 +62,7 @@ _CHANNEL_BATCHES = 4
 _FULL_CHANNEL_WAIT_S = 0.01
 _COMMIT_TIMEOUT_MS = 30_000
 _POLL_RETRY_S = 0.5  # after a poll that failed for a retriable reason (the broker away)
+_HAND_OVER_POLL_S = 0.01  # how often a rebalance listener looks whether its hand-over is done
 _COUNTS_EVERY_POLLS = 10  # at most a second apart while idle (each poll waits at most 100 ms)
 
 
@@ -94,9 +101,17 @@ class _SeekToBeginningOnce(ConsumerRebalanceListener):  # type: ignore[misc]
             self._consumer.seek_to_beginning(*new)
 
 
-class _HoldNewPartitions(ConsumerRebalanceListener):  # type: ignore[misc]
+class _HoldNewPartitions(AsyncConsumerRebalanceListener):  # type: ignore[misc]
     """Pause every partition the group newly gives this consumer, until the service resumes it
-    (after restoring its state); with ``earliest``, read it from its start."""
+    (after restoring its state); with ``earliest``, read it from its start. Hand over every
+    partition taken away (or lost with the session) before the rebalance goes on.
+
+    kafka-python runs its rebalance listeners on its own I/O loop, which also sends the
+    member's heartbeats: a listener that blocks stops them, and a hand-over that waits for a
+    slow broker then costs the member its session and the group a second rebalance. This one
+    is a coroutine of that loop: the hand-over runs in trio, and the listener yields to the
+    loop (heartbeats included) while it waits for it.
+    """
 
     def __init__(self, thread: _ConsumerThread, consumer: Any, *, earliest: bool) -> None:
         self._thread = thread
@@ -104,11 +119,20 @@ class _HoldNewPartitions(ConsumerRebalanceListener):  # type: ignore[misc]
         self._earliest = earliest
         self._seen: set[Any] = set()
 
-    def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
+    async def on_partitions_revoked(self, revoked: Collection[Any]) -> None:
         self._thread.forget(revoked)
-        self._thread.hand_over(revoked)
+        done = self._thread.hand_over(revoked)
+        net = self._consumer._net  # kafka-python's I/O loop: its sleep lets it run meanwhile
+        while not done.is_set():
+            await net.sleep(_HAND_OVER_POLL_S)
 
-    def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
+    async def on_partitions_lost(self, lost: Collection[Any]) -> None:
+        # Lost with the session (a link cut, a pause): another member may own them already,
+        # but what this replica recorded for them must still settle before it releases
+        # anything (a record that landed after the new owner's is void).
+        await self.on_partitions_revoked(lost)
+
+    async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
         new = [tp for tp in assigned if tp not in self._seen]
         self._seen.update(new)
         if new and self._earliest:
@@ -189,20 +213,32 @@ class _ConsumerThread:
             self._held.update(new)
         self._publish_held()
 
-    def hand_over(self, revoked: Collection[Any]) -> None:
+    def hand_over(self, revoked: Collection[Any]) -> threading.Event:
         """The group takes ``revoked`` away: before the rebalance goes on (and another member
-        is given them), let the service stop applying them and make what it decided durable."""
+        is given them), let the service stop applying them and settle what it decided. The
+        service's hand-over runs in trio, started from a thread of its own (the caller is
+        kafka-python's I/O loop, which must keep running); the event is set when it is done
+        (the hand-over bounds its own wait)."""
+        done = threading.Event()
         handler = self.on_revoke
         if handler is None or not revoked:
-            return
+            done.set()
+            return done
         partitions = frozenset((tp.topic, tp.partition) for tp in revoked)
         self.assigned = self.assigned - partitions  # no longer ours, from this moment on
-        try:
-            trio.from_thread.run(handler, partitions, trio_token=self._token)
-        except Exception as exc:  # the run is ending, or the hand-over failed: say so, go on
-            _log.warning(
-                "partitions_hand_over_failed", partitions=sorted(partitions), error=repr(exc)
-            )
+
+        def run() -> None:
+            try:
+                trio.from_thread.run(handler, partitions, trio_token=self._token)
+            except Exception as exc:  # the run is ending, or the hand-over failed: go on
+                _log.warning(
+                    "partitions_hand_over_failed", partitions=sorted(partitions), error=repr(exc)
+                )
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="purgatory-hand-over", daemon=True).start()
+        return done
 
     def forget(self, revoked: Collection[Any]) -> None:
         self._reading.difference_update(revoked)

@@ -28,6 +28,11 @@ def _partition_note(partition: str, status: Mapping[str, Any]) -> str:
         )
     elif state == "fenced":
         note = f"  partition {partition}: FENCED, waiting to restore"
+    elif state == "taken":
+        why = status.get("reason")
+        note = f"  partition {partition}: waiting to restore" + (f" ({why})" if why else "")
+    elif state == "handing_over":
+        note = f"  partition {partition}: handing over to its next owner"
     elif fenced:
         note = f"  partition {partition}: serving"
     else:

@@ -114,9 +114,11 @@ class PartitionStatus:
         serving: restored and served (False: restoring, or fenced and waiting to restore).
         records: changelog records its restore read.
         seconds: how long its restore took (so far, while restoring).
-        state: ``serving``, ``restoring``, or ``fenced`` (another writer appended to its
-            changelog; it waits out a back-off before it restores again).
+        state: its state (:class:`~purgatory.service.ownership.life.PartitionState`'s value:
+            ``taken``, ``restoring``, ``serving``, ``fenced`` or ``handing_over``).
         fenced: times it was fenced since this replica started.
+        reason: why it is not serving, when it is not and one is known (a restore's error
+            while it waits to try again, a fence).
     """
 
     partition: int
@@ -125,6 +127,7 @@ class PartitionStatus:
     seconds: float
     state: str = "serving"
     fenced: int = 0
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from purgatory.service.ingress.http.table import (
 )
 from purgatory.service.ops.overview import MAX_DEADLINES, MAX_SCOPES
 from purgatory.service.ops.recent import MAX_RECENT
+from purgatory.service.ownership.life import PartitionState
 
 __all__ = ["build_openapi", "load_openapi"]
 
@@ -125,6 +126,8 @@ def _object(required: list[str], **properties: Any) -> dict[str, Any]:
 
 
 _STRING = {"type": "string"}
+#: A partition's states in ``/readyz`` and the overview (dropped ones are not listed).
+_PARTITION_STATES = [s.value for s in PartitionState if s is not PartitionState.DROPPED]
 _INTEGER = {"type": "integer"}
 _OUTCOME_OR_NULL = {"oneOf": [_ref("schemas", "Callback"), {"type": "null"}]}
 _REGISTRATION_STATUS = {"enum": ["pending", "completed", "duplicate", "rearmed"]}
@@ -230,10 +233,15 @@ def _schemas() -> dict[str, Any]:
                 "type": "object",
                 "additionalProperties": _object(
                     ["state"],
-                    state={"enum": ["serving", "restoring", "fenced"]},
+                    state={"enum": _PARTITION_STATES},
                     restore_records=_INTEGER,
                     restore_seconds={"type": "number"},
                     fenced=_INTEGER,
+                    reason={
+                        "type": "string",
+                        "description": "Why it is not serving: a restore's error while it"
+                        " waits to try again, a fence, a hand-over.",
+                    },
                 ),
             },
             topics={
@@ -306,7 +314,7 @@ def _overview_schema() -> dict[str, Any]:
             "description": "The partitions held, as in `Readiness`.",
             "additionalProperties": _object(
                 ["state"],
-                state={"enum": ["serving", "restoring"]},
+                state={"enum": _PARTITION_STATES},
                 restore_records=_INTEGER,
                 restore_seconds={"type": "number"},
             ),

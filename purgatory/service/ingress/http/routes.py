@@ -479,8 +479,11 @@ ROUTES: tuple[ApiRoute, ...] = (
         readyz,
         "Readiness: every input partition held is restored and served.",
         auth=False,
-        description="The body lists each partition held: `serving`, or `restoring` with the"
-        " changelog records read and the seconds spent so far, or `fenced`; the partition"
+        description="The body lists each partition held in its state: `serving`; `restoring`"
+        " with the changelog records read and the seconds spent so far; `taken` (waiting to"
+        " restore, with the `reason` when a restore failed on the broker and waits to try"
+        " again); `fenced` (another writer appended to its changelog); `handing_over` (the"
+        " group took it away: what it recorded settles); the partition"
         " count of each topic keyed by scope; `inputs_stopped`, why no input is taken"
         " (a topic's partition count changed while the service ran), null while they are; and"
         " the `journal`: `stalled` while the broker does not acknowledge it (writes answer 503"
@@ -489,7 +492,7 @@ ROUTES: tuple[ApiRoute, ...] = (
             Answer(200, "Ready.", "Readiness"),
             Answer(
                 503,
-                "Not ready (starting, a partition restoring or fenced, or inputs stopped).",
+                "Not ready (starting, a partition not serving yet, or inputs stopped).",
                 "Readiness",
             ),
         ),
