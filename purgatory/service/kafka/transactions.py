@@ -23,15 +23,21 @@ the partition's new owner and commit what a stale state decided); the partition 
 first, and its restore takes the transactional id anew.
 
 :func:`check_transactions` is the start-time probe: two producers of one probe id, the older
-must be fenced. A broker that cannot do that (the embedded development broker accepts the calls
-but fences nobody) fails the start with a clear error instead of a silent downgrade.
+must be fenced. Only a definite answer stops the start: a broker that accepts a call of the
+older producer (the embedded development broker fences nobody) or answers that it cannot
+(transactions unsupported, the id not allowed) fails it with a clear error instead of a silent
+downgrade. Weather is waited out: a fresh broker creates and loads its transaction
+coordinator's topic on the first transactional call, and until it has, the client times out
+or hears "not yet" (coordinator loading, not available, not the coordinator); the probe tries
+again after a back-off, logging each wait, and only a broker that never answers within its
+bound fails the start, as a transport error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +47,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
 from purgatory._core import ConfigError, TransportError
+from purgatory._core._backoff import Backoff
 from purgatory.service.kafka.config import KafkaClientConfig, no_client_metrics, no_topic_creation
 from purgatory.service.kafka.partitioner import KeyHashPartitioner
 from purgatory.service.kafka.transport import (
@@ -55,6 +62,10 @@ from purgatory.service.telemetry.logging import get_logger
 __all__ = ["KafkaTransactions", "check_transactions", "open_kafka_transactions"]
 
 _log = get_logger()
+
+#: The start-time probe's pause between attempts: a coordinator still loading is usually
+#: ready within seconds, and a broker away gets a look every few seconds, not a flood.
+PROBE_RETRY = Backoff(first_s=0.5, max_s=5.0)
 
 #: kafka-python's errors that mean another producer took the transactional id.
 _FENCED = frozenset({"ProducerFencedError", "InvalidProducerEpochError"})
@@ -317,48 +328,143 @@ async def open_kafka_transactions(
 
 
 async def check_transactions(
-    config: KafkaClientConfig, *, transactional_id: str, timeout_s: float = 10.0
+    config: KafkaClientConfig,
+    *,
+    transactional_id: str,
+    wait_ms: int = 120_000,
+    attempt_ms: int = 10_000,
+    attempt: Callable[[str], Awaitable[bool]] | None = None,
 ) -> None:
     """Check that the broker does transactions: two producers of ``transactional_id``, and the
-    older one's next transaction must be fenced. Writes no record (its transaction holds only
-    an empty offset commit for the group ``{transactional_id}``).
+    older one must be fenced. Writes no record (the older one's transaction holds only an
+    empty offset commit for the group ``{transactional_id}``, and is never committed).
+
+    A timeout or a retriable error (the coordinator loading or not available yet, not the
+    coordinator, a request timed out, no connection) is weather: logged as
+    ``transaction_probe_unanswered`` and tried again after :data:`PROBE_RETRY`'s pause,
+    until ``wait_ms`` has passed.
+
+    Args:
+        config: how to reach the brokers.
+        transactional_id: the probe's transactional id (the service's is ``<group>-probe``).
+        wait_ms: how long the broker may take to give a definite answer, over every attempt.
+            The first transactional call to a fresh Apache Kafka creates its coordinator's
+            topic (``__transaction_state``, 50 partitions) and loads it: 2-5 s on a 2-core
+            machine with both cores busy, past the client's 5 s when other work shares them
+            too (the slowest start seen had its partitions open after about 12 s). Two
+            minutes is ten times that, and well inside the chart's startup probe (5 minutes),
+            while a wrong broker address still fails the start within two minutes instead of
+            hanging it.
+        attempt_ms: how long one attempt may take; each blocking call of the client gets
+            half of it.
+        attempt: one attempt (tests pass a fake): True when the broker fenced the older
+            producer, False when it accepted the older producer's call; raises kafka-python's
+            errors. Two producers of ``config``'s broker, in a worker thread, by default.
 
     Raises:
-        ConfigError: the broker cannot do it (with what happened instead).
+        ConfigError: the broker answered that it cannot do transactions (with what it did).
+        TransportError: it gave no definite answer within ``wait_ms`` (with the last error).
     """
-    result: list[str] = []
-    done = threading.Event()
+    attempt = attempt if attempt is not None else _kafka_attempt(config, attempt_ms)
+    started_s = trio.current_time()
+    attempts, last = 0, "no answer"  # last: what the last attempt that ended said
+    with trio.move_on_after(wait_ms / 1000):
+        while True:
+            attempts += 1
+            with trio.move_on_after(attempt_ms / 1000) as bounded:
+                try:
+                    fenced = await attempt(transactional_id)
+                except KafkaError as exc:
+                    if not getattr(exc, "retriable", False):
+                        raise _cannot(config, _named(exc)) from exc
+                    last = _named(exc)
+                else:
+                    if fenced:
+                        return
+                    raise _cannot(
+                        config,
+                        "it took a call of an older producer of a transactional id after a newer"
+                        " one had taken the id (it fences nobody)",
+                    )
+            if bounded.cancelled_caught:
+                last = f"no answer within {attempt_ms} ms"
+            pause_s = PROBE_RETRY.delay_s(attempts - 1)
+            _log.warning(
+                "transaction_probe_unanswered",
+                attempt=attempts,
+                error=last,
+                waited_ms=round((trio.current_time() - started_s) * 1000),
+                retry_in_ms=round(pause_s * 1000),
+                bootstrap_servers=config.bootstrap_servers,
+            )
+            await trio.sleep(pause_s)
+    raise TransportError(
+        f"PURGATORY_DELIVERY=transactional: the broker at {config.bootstrap_servers} did not"
+        f" answer the start-time transaction probe within {wait_ms} ms ({attempts} attempts;"
+        f" the last: {last}). Nothing says it cannot do transactions: check that it is running"
+        " and reachable from here (PURGATORY_KAFKA_BOOTSTRAP_SERVERS, its advertised listeners,"
+        " the network) and that its transaction coordinator came up (the __transaction_state"
+        " topic, in the broker's log), then start the service again."
+    )
 
-    def probe() -> None:
-        kwargs = config.kafka_kwargs() | {"max_block_ms": int(timeout_s * 1000 / 2)}
-        older = newer = None
-        try:
-            older = KafkaProducer(**kwargs, transactional_id=transactional_id)
-            older.init_transactions()
-            newer = KafkaProducer(**kwargs, transactional_id=transactional_id)
-            newer.init_transactions()
-            older.begin_transaction()
-            older.send_offsets_to_transaction({}, transactional_id)
-            older.commit_transaction()
-            result.append("an older producer of a transactional id was not fenced")
-        except KafkaError as exc:
-            if type(exc).__name__ not in _FENCED:
-                result.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            done.set()
-            for producer in (older, newer):
-                if producer is not None:
-                    _close(producer)
 
-    threading.Thread(target=probe, name="purgatory-transactions-probe", daemon=True).start()
-    with trio.move_on_after(timeout_s):
-        while not done.is_set():
-            await trio.sleep(0.05)
-    if not done.is_set():
-        result.append(f"no answer within {timeout_s:.0f} s (an older producer was not fenced)")
-    if result:
-        raise ConfigError(
-            f"PURGATORY_DELIVERY=transactional, but the broker at {config.bootstrap_servers}"
-            f" cannot do Kafka transactions: {result[0]}. Use an Apache Kafka broker (2.5 or"
-            " later), or PURGATORY_DELIVERY=acknowledged (at-least-once, de-duplicated by id)."
+def _named(exc: KafkaError) -> str:
+    """``exc`` with its type's name, once (kafka-python's messages mostly carry it already)."""
+    text = str(exc)
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+def _cannot(config: KafkaClientConfig, what: str) -> ConfigError:
+    """The start's refusal: the broker answered, and it cannot do transactions."""
+    return ConfigError(
+        f"PURGATORY_DELIVERY=transactional, but the broker at {config.bootstrap_servers}"
+        f" cannot do Kafka transactions: {what}. Use an Apache Kafka broker (2.5 or"
+        " later), or PURGATORY_DELIVERY=acknowledged (at-least-once, de-duplicated by id)."
+    )
+
+
+def _kafka_attempt(config: KafkaClientConfig, attempt_ms: int) -> Callable[[str], Awaitable[bool]]:
+    """One attempt of the probe against ``config``'s broker, in a worker thread.
+
+    An attempt past its bound is abandoned, not waited for: its thread ends when the client's
+    own bounds (``max_block_ms``, ``bootstrap_timeout_ms``) end its call, and closes its
+    producers then. Only a broker that accepts a connection and never answers keeps it (some
+    of kafka-python's transactional calls wait without a bound); the probe then fails the
+    start within ``wait_ms`` anyway, and the process with it.
+    """
+    kwargs = config.kafka_kwargs() | {
+        **no_client_metrics(),
+        "max_block_ms": attempt_ms // 2,
+        "bootstrap_timeout_ms": attempt_ms // 2,
+    }
+
+    async def attempt(transactional_id: str) -> bool:
+        return await trio.to_thread.run_sync(
+            _probe, kwargs, transactional_id, abandon_on_cancel=True
         )
+
+    return attempt
+
+
+def _probe(kwargs: dict[str, Any], transactional_id: str) -> bool:
+    """Two producers of ``transactional_id``: whether the broker fenced the older one."""
+    older = newer = None
+    try:
+        older = KafkaProducer(**kwargs, transactional_id=transactional_id)
+        older.init_transactions()
+        newer = KafkaProducer(**kwargs, transactional_id=transactional_id)
+        newer.init_transactions()
+        older.begin_transaction()  # local: nothing reaches the broker yet
+        # The older producer's first request to the coordinator after the newer one took the
+        # id: Apache Kafka refuses it (ProducerFencedError). The verdict is taken here, not at
+        # a commit: the embedded broker accepts this call and then never ends the commit.
+        older.send_offsets_to_transaction({}, transactional_id)
+    except KafkaError as exc:
+        if _fenced(exc):
+            return True
+        raise
+    finally:
+        for producer in (older, newer):
+            if producer is not None:
+                _close(producer)
+    return False
