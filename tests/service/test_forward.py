@@ -1,12 +1,15 @@
 """Forwarding to the partition's owner (ordinal mode), over the in-memory broker, in virtual
-time: what is forwarded, what is applied here, and what is never forwarded twice."""
+time: what is forwarded, what is applied here, and what is never forwarded twice; and an owner
+that does not answer (a real loopback socket that accepts and stays silent, or never accepts) is
+a 503 with Retry-After within the journal wait, saying whether the write may have been applied."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import socket
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from purgatory._codec import APPLIED_HEADER
 from purgatory._core import ConfigError, UsageError
 from purgatory._core.flink.key_groups import key_group_range_for_operator
 from purgatory.service.app import Service, topics_of
@@ -107,10 +111,12 @@ class _Owner(Forwarder):
 
 
 @asynccontextmanager
-async def replica_0(owner: _Owner) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+async def replica_0(
+    owner: Forwarder, peers: tuple[str, ...] = PEERS
+) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
     settings = Settings.from_env(
         {},
-        peer_urls=PEERS,
+        peer_urls=peers,
         replica_ordinal=0,
         kafka_static_partitions=(0,),
         max_deadline_ahead_ms=86_400_000,
@@ -204,3 +210,112 @@ async def test_a_batch_whose_owner_refuses_its_part_applies_nothing_here(
         assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
         found = service.state.lookup(LOCAL, "a")
         assert found is not None and found[1] is None  # the local signal was not applied
+
+
+# -- an owner that does not answer ------------------------------------------------------------
+
+WAIT_MS = 5_000  # PURGATORY_JOURNAL_WAIT_MS's default
+
+
+@contextmanager
+def _silent_owner(*, accepts: bool) -> Iterator[str]:
+    """A loopback port where the owner should be, that never answers: the kernel accepts its
+    connections (nobody reads them), or, its one-connection backlog taken, drops their SYNs as
+    a cut link drops packets (no RST: the client's connect just waits)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16 if accepts else 0)
+        host, port = listener.getsockname()
+        with socket.socket() as filler:
+            if not accepts:
+                filler.connect((host, port))  # takes the backlog's only place
+            yield f"http://{host}:{port}"
+
+
+@asynccontextmanager
+async def _forwarding_to(owner_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
+    async with httpx.AsyncClient() as client:
+        forwarder = Forwarder(client, me="0", wait_ms=WAIT_MS)
+        async with replica_0(forwarder, (PEERS[0], owner_url)) as (http, service):
+            yield http, service
+
+
+async def _timed(request: Any) -> tuple[httpx.Response, float]:
+    start = trio.current_time()
+    answer = await request
+    return answer, trio.current_time() - start
+
+
+def _says_unanswered(answer: httpx.Response, *, maybe_applied: bool) -> None:
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert (APPLIED_HEADER in answer.headers) is maybe_applied
+    if maybe_applied:
+        assert answer.headers[APPLIED_HEADER] == "maybe"
+    error = answer.json()["error"]
+    assert error["status"] == 503 and error["field"] == "scope"
+    assert "did not answer in time" in error["message"]
+    assert ("may have been applied" in error["message"]) is maybe_applied
+
+
+async def test_an_owner_that_accepts_and_never_answers_is_a_503_within_the_journal_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with _silent_owner(accepts=True) as owner_url:
+        async with _forwarding_to(owner_url) as (http, service):
+            created, took_s = await _timed(http.post("/v1/operations", json=_op(REMOTE, "r")))
+            assert took_s == WAIT_MS / 1000
+            _says_unanswered(created, maybe_applied=True)  # it reached the owner: who knows
+            assert "no answer within 5000 ms" in created.json()["error"]["message"]
+
+            read, took_s = await _timed(http.get("/v1/operation", params=_where(REMOTE)))
+            assert took_s == WAIT_MS / 1000
+            _says_unanswered(read, maybe_applied=False)  # a read changes nothing
+
+            polled, took_s = await _timed(
+                http.get("/v1/operation/wait", params={**_where(REMOTE), "timeout_ms": "2000"})
+            )
+            assert took_s == pytest.approx(
+                WAIT_MS / 1000 + 2
+            )  # a long poll's own wait comes on top
+            _says_unanswered(polled, maybe_applied=False)
+
+            await http.post("/v1/operations", json=_op(LOCAL, "a"))
+            signals = [{"scope": LOCAL, "key": "k"}, {"scope": REMOTE, "key": "k"}]
+            batch, took_s = await _timed(http.post("/v1/signals", json={"signals": signals}))
+            assert took_s == WAIT_MS / 1000
+            _says_unanswered(batch, maybe_applied=True)
+            found = service.state.lookup(LOCAL, "a")
+            assert found is not None and found[1] is None  # nor is the local part applied
+
+
+async def test_an_owner_that_never_accepts_is_a_503_within_the_journal_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with _silent_owner(accepts=False) as owner_url:
+        async with _forwarding_to(owner_url) as (http, _service):
+            created, took_s = await _timed(http.post("/v1/operations", json=_op(REMOTE, "r")))
+            assert took_s == WAIT_MS / 1000
+            _says_unanswered(created, maybe_applied=False)  # it never left: nothing applied
+
+
+async def test_an_owner_that_refuses_the_connection_is_a_503_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    with socket.socket() as closed:  # a port nobody listens on: the kernel answers RST
+        closed.bind(("127.0.0.1", 0))
+        host, port = closed.getsockname()
+        async with _forwarding_to(f"http://{host}:{port}") as (http, _service):
+            created, took_s = await _timed(http.post("/v1/operations", json=_op(REMOTE, "r")))
+            assert took_s < 0.1
+            _says_unanswered(created, maybe_applied=False)
+            assert "ConnectError" in created.json()["error"]["message"]
+
+
+async def test_the_forwarders_bound_is_positive() -> None:
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(UsageError, match="wait_ms must be > 0"):
+            Forwarder(client, me="0", wait_ms=0)
+
+
+def _where(scope: str) -> dict[str, str]:
+    return {"scope": scope, "op_id": "r"}

@@ -8,15 +8,33 @@ carries ``X-Purgatory-Forwarded-By``; a replica never forwards such a request ag
 replicas that disagree on ownership (in the middle of a rollout) answer 503 with Retry-After
 instead of bouncing it between them. An owner that cannot be reached is a 503 as well: the
 client retries within its deadline, and every write is idempotent.
+
+**Answers within a bound.** Connecting and the whole request, the answer's body included, take
+at most ``wait_ms``: the journal wait (``PURGATORY_JOURNAL_WAIT_MS``), the longest a write
+answered here waits for its own journal, so a client gets its answer within the same bound
+wherever its scope lives (a long poll adds its own wait). httpx's timeouts would not do: they
+bound each connect, read and write, not the request, and an owner whose link drops packets
+after the connection was made holds a request until the client has long given up. An owner
+that does not answer in time, or cannot be connected to, is answered here as the API answers
+an :class:`~purgatory.service.errors.UnavailableError`: 503, ``Retry-After``, and, for a write
+whose request had begun to leave, ``Purgatory-Applied: maybe`` (the owner may have applied it
+and its answer been lost, as a write whose journal stalled may be durable later): the client
+marks its retry, which the owner then takes as the duplicate it may be. A read, or a request
+that never left (no connection), was not applied.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import trio
 
+from purgatory._codec import APPLIED_HEADER
+from purgatory._core import UsageError
+from purgatory.service.errors import UnavailableError
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["FORWARDED_BY", "Forwarded", "Forwarder", "new_forwarder"]
@@ -26,6 +44,7 @@ _log = get_logger()
 FORWARDED_BY = "x-purgatory-forwarded-by"
 _PASSED_HEADERS = ("authorization", "content-type", "purgatory-retry")
 _ANSWER_HEADERS = ("content-type", "retry-after", "allow", "www-authenticate", "purgatory-applied")
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})  # never change anything at the owner
 
 
 class Forwarded:
@@ -47,13 +66,19 @@ class Forwarder:
     Args:
         client: the HTTP client (one connection pool for every peer).
         me: this replica's name in ``X-Purgatory-Forwarded-By`` (its ordinal).
-        timeout_s: how long an owner may take (a long poll adds its own wait).
+        wait_ms: how long connecting to an owner and its whole answer may take
+            (``PURGATORY_JOURNAL_WAIT_MS``); a long poll adds its own wait.
+
+    Raises:
+        UsageError: ``wait_ms`` is not positive.
     """
 
-    def __init__(self, client: httpx.AsyncClient, *, me: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, me: str, wait_ms: int = 5_000) -> None:
+        if wait_ms <= 0:
+            raise UsageError(f"wait_ms must be > 0, got {wait_ms}")
         self._client = client
         self._me = me
-        self._timeout_s = timeout_s
+        self._wait_ms = wait_ms
 
     async def send(
         self,
@@ -66,30 +91,85 @@ class Forwarder:
         body: bytes | None,
         extra_s: float = 0.0,
     ) -> Forwarded:
-        """Send one request to ``base_url`` and return its answer (a 503 when unreachable)."""
+        """Send one request to ``base_url`` and return its answer.
+
+        Args:
+            base_url: the owner's base URL.
+            method: the request's method, ``path`` and ``query`` its target, as it came.
+            path: see ``method``.
+            query: see ``method``.
+            headers: the request's headers (only those worth passing on are sent).
+            body: the request's body, as it came.
+            extra_s: a long poll's own wait, added to the bound.
+
+        Returns:
+            The owner's answer; a 503 with ``Retry-After`` (see the module docstring) when it
+            did not answer within ``wait_ms`` plus ``extra_s``, or could not be reached.
+        """
         passed = {k: v for k, v in headers.items() if k.lower() in _PASSED_HEADERS}
         passed[FORWARDED_BY] = self._me
         url = f"{base_url}{path}" + (f"?{query}" if query else "")
-        try:
-            response = await self._client.request(
-                method, url, content=body, headers=passed, timeout=self._timeout_s + extra_s
-            )
-        except httpx.HTTPError as exc:
-            _log.warning("forward_failed", url=url, error=repr(exc))
-            error = (
-                b'{"error":{"status":503,"field":"scope","message":"the replica owning the'
-                b' scope cannot be reached; retry later"}}'
-            )
-            return Forwarded(503, error, {"content-type": "application/json", "retry-after": "1"})
-        kept = {k: v for k, v in response.headers.items() if k.lower() in _ANSWER_HEADERS}
-        return Forwarded(response.status_code, response.content, kept)
+        within_s = self._wait_ms / 1000 + extra_s
+        sent = False
+
+        async def trace(event: str, info: Mapping[str, Any]) -> None:
+            nonlocal sent  # the request began to leave: the owner may apply it from now on
+            sent = sent or event.endswith(".send_request_headers.started")
+
+        why = f"no answer within {round(within_s * 1000)} ms"
+        with trio.move_on_after(within_s):
+            try:
+                response = await self._client.request(
+                    method,
+                    url,
+                    content=body,
+                    headers=passed,
+                    timeout=within_s,  # the pool's and each step's; the scope bounds the sum
+                    extensions={"trace": trace},
+                )
+            except httpx.TimeoutException:
+                pass
+            except httpx.HTTPError as exc:
+                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            else:
+                kept = {k: v for k, v in response.headers.items() if k.lower() in _ANSWER_HEADERS}
+                return Forwarded(response.status_code, response.content, kept)
+        maybe_applied = sent and method.upper() not in _READS
+        _log.warning(
+            "forward_failed", url=url, method=method, error=why, maybe_applied=maybe_applied
+        )
+        return _unanswered(why, maybe_applied=maybe_applied)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
 
 
-def new_forwarder(*, me: str, timeout_s: float = 30.0) -> Forwarder:
-    """A forwarder with its own connection pool (close it with :meth:`Forwarder.aclose`)."""
+def _unanswered(why: str, *, maybe_applied: bool) -> Forwarded:
+    """The answer for an owner that did not answer in time: an ``UnavailableError`` as the
+    API's one error mapping answers it (503, its field, ``Retry-After``, and
+    ``Purgatory-Applied: maybe`` when the write may have been applied)."""
+    message = f"the replica that owns the scope did not answer in time ({why}); retry later"
+    if maybe_applied:
+        message += (
+            ". The write may have been applied there: a retry is safe (a retried"
+            " registration is a duplicate)"
+        )
+    error = UnavailableError(message)
+    error.field, error.maybe_applied = "scope", maybe_applied
+    headers = {"content-type": "application/json", "retry-after": str(error.retry_after_s)}
+    if error.maybe_applied:
+        headers[APPLIED_HEADER.lower()] = "maybe"
+    answer = {"error": {"status": 503, "field": error.field, "message": str(error)}}
+    return Forwarded(503, json.dumps(answer).encode(), headers)
+
+
+def new_forwarder(*, me: str, wait_ms: int = 5_000) -> Forwarder:
+    """A forwarder with its own connection pool (close it with :meth:`Forwarder.aclose`).
+
+    Args:
+        me: this replica's name in ``X-Purgatory-Forwarded-By``.
+        wait_ms: how long an owner may take (``PURGATORY_JOURNAL_WAIT_MS``).
+    """
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-    return Forwarder(httpx.AsyncClient(limits=limits), me=me, timeout_s=timeout_s)
+    return Forwarder(httpx.AsyncClient(limits=limits), me=me, wait_ms=wait_ms)
