@@ -3,8 +3,10 @@ in the :data:`AFTER_HEAL_MS` (10 s) after its heal, and how long the answers too
 
 A request belongs to the window its invocation falls in. Requests outside every fault's two
 windows make the ``none`` row, the baseline. Latency is from invocation to whatever answer came
-(a timeout included), as nearest-rank p50 and p99; readiness is the fraction of ``/readyz``
-probes answered 200 in the same windows.
+(a timeout included), as nearest-rank p50 and p99; ``hung`` counts the HTTP requests that got
+no answer at all within :data:`HUNG_MS` (a replica must answer 503 within its journal wait,
+5 s, even when the owner it forwards to is away, unless it is itself cut off or frozen);
+readiness is the fraction of ``/readyz`` probes answered 200 in the same windows.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass, field
 
 from tests.nemesis.history import Event, Fault, Probe, Request
 
-__all__ = ["AFTER_HEAL_MS", "Availability", "Window", "availability"]
+__all__ = ["AFTER_HEAL_MS", "HUNG_MS", "Availability", "Window", "availability"]
 
 AFTER_HEAL_MS = 10_000
+HUNG_MS = 9_500  # the workload's HTTP timeout is 10 s
 
 
 @dataclass(slots=True)
@@ -27,15 +30,18 @@ class Window:
 
     requests: int = 0
     ok: int = 0
+    hung: int = 0
     latencies_ms: list[int] = field(default_factory=list)
     probes: int = 0
     ready: int = 0
 
     def summary(self) -> dict[str, float | int | None]:
-        """``n``, the ``ok`` fraction, ``p50_ms``/``p99_ms`` and the ``ready`` fraction."""
+        """``n``, the ``ok`` fraction, ``hung``, ``p50_ms``/``p99_ms`` and the ``ready``
+        fraction."""
         return {
             "n": self.requests,
             "ok": round(self.ok / self.requests, 3) if self.requests else None,
+            "hung": self.hung,
             "p50_ms": _rank(self.latencies_ms, 0.50),
             "p99_ms": _rank(self.latencies_ms, 0.99),
             "ready": round(self.ready / self.probes, 3) if self.probes else None,
@@ -87,7 +93,9 @@ def availability(events: Sequence[Event]) -> dict[str, Availability]:
             if isinstance(event, Request):
                 window.requests += 1
                 window.ok += event.result == "ok"
-                window.latencies_ms.append(event.complete_ms - event.invoke_ms)
+                took_ms = event.complete_ms - event.invoke_ms
+                window.hung += event.via == "http" and event.status is None and took_ms >= HUNG_MS
+                window.latencies_ms.append(took_ms)
             else:
                 window.probes += 1
                 window.ready += event.status == 200

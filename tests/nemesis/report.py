@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,22 @@ def log_events(out: Path) -> list[dict[str, Any]]:
             if not isinstance(doc, dict):
                 continue
             if doc.get("event") in EVENTS or doc.get("level") in ("warning", "error", "critical"):
-                found.append({"replica": log.parent.name, "incarnation": incarnation, **doc})
-    found.sort(key=lambda e: str(e.get("timestamp", "")))
+                at_ms = _epoch_ms(doc.get("timestamp"))
+                found.append(
+                    {"replica": log.parent.name, "incarnation": incarnation, "at_ms": at_ms, **doc}
+                )
+    found.sort(key=lambda e: e["at_ms"] or 0)
     return found
+
+
+def _epoch_ms(stamp: object) -> int | None:
+    """A structlog ISO timestamp (``2026-11-28T22:17:29.519059Z``) in epoch milliseconds."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def _partition(finding: Finding) -> int | None:
@@ -82,22 +96,34 @@ def _partition(finding: Finding) -> int | None:
     return None if doc is None else int(doc["partition"])
 
 
+def _anchor_ms(finding: Finding) -> int | None:
+    """When ``finding`` happened: its outcome, else its first request."""
+    doc = finding.evidence.get("callback")
+    if doc is None and finding.evidence.get("copies"):
+        doc = finding.evidence["copies"][0]["doc"]
+    if doc is not None:
+        return int(doc["outcome_ms"])
+    requests = finding.evidence.get("requests") or []
+    return min((int(r["invoke_ms"]) for r in requests), default=None)
+
+
 def _related(finding: Finding, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events about ``finding``'s partition (or every partition) near its outcome."""
-    partition = _partition(finding)
-    doc = finding.evidence.get("callback") or {}
-    at_ms = doc.get("outcome_ms")
+    """The events about ``finding``'s partition (or about no partition in particular) within
+    20 s of it, the closest last."""
+    partition, at_ms = _partition(finding), _anchor_ms(finding)
     related = []
     for event in events:
-        parts = event.get("partitions") or []
+        parts = event.get("partitions")
         if partition is not None and event.get("partition", partition) != partition:
             continue
-        if isinstance(parts, list) and parts and partition not in parts:
+        if partition is not None and isinstance(parts, list) and partition not in parts:
             continue
-        stamp = event.get("timestamp_ms") or event.get("ts_ms")
-        if at_ms is not None and isinstance(stamp, int) and abs(stamp - at_ms) > _AROUND_MS:
+        stamp = event.get("at_ms")
+        if at_ms is not None and stamp is not None and abs(stamp - at_ms) > _AROUND_MS:
             continue
-        related.append({k: v for k, v in event.items() if k not in ("positions",)})
+        related.append({k: v for k, v in event.items() if k != "positions"})
+    if at_ms is not None:
+        related.sort(key=lambda e: -abs((e.get("at_ms") or at_ms) - at_ms))
     return related[-_EVENTS_PER_EXAMPLE:]
 
 
@@ -157,7 +183,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     text = ["  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=False))
             for line in lines]  # fmt: skip
     text.append("")
-    text.append("availability (ok during / 10 s after; latency p50/p99 ms during; ready during):")
+    text.append(
+        "availability per fault: ok during/after (10 s), p50/p99 ms during, hung (no answer"
+        " in 10 s) during, /readyz 200 during"
+    )
     for row in rows:
         verdict = row.get("verdict")
         if not verdict:
@@ -166,10 +195,12 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         for kind, summary in verdict["availability"].items():
             during, after = summary["during"], summary["after"]
             cells.append(
-                f"{kind} {_fraction(during['ok'])}/{_fraction(after['ok'])}"
-                f" {during['p50_ms']}/{during['p99_ms']}ms r{_fraction(during['ready'])}"
+                f"    {kind:<19} {_fraction(during['ok'])}/{_fraction(after['ok'])}"
+                f"  {during['p50_ms']}/{during['p99_ms']} ms  hung {during.get('hung', '-')}"
+                f"  ready {_fraction(during['ready'])}"
             )
-        text.append(f"  seed {row['seed']} {row['delivery']}: " + "; ".join(cells))
+        text.append(f"  seed {row['seed']} {row['delivery']}:")
+        text.extend(cells)
     return "\n".join(text)
 
 

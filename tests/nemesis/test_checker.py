@@ -310,6 +310,7 @@ def test_availability_per_fault_kind_during_and_after_the_heal() -> None:
         reg("before", at=T),
         reg("during", at=T + 2_000, result="unknown"),
         reg("during2", at=T + 3_000),
+        replace(reg("hung", at=T + 4_000, result="unknown"), status=None, complete_ms=T + 14_000),
         reg("after", at=T + 6_000),
         reg("later", at=T + 30_000),
         Probe(T + 2_500, 1, None),
@@ -318,8 +319,8 @@ def test_availability_per_fault_kind_during_and_after_the_heal() -> None:
     table = verdict(events, []).availability
     assert set(table) == {"pause", "none"}
     during, after = table["pause"].during.summary(), table["pause"].after.summary()
-    assert (during["n"], during["ok"], during["ready"]) == (2, 0.5, 0.5)
-    assert (during["p50_ms"], during["p99_ms"]) == (20, 20)
+    assert (during["n"], during["ok"], during["ready"]) == (3, 0.333, 0.5)
+    assert (during["p50_ms"], during["p99_ms"], during["hung"]) == (20, 10_000, 1)
     assert (after["n"], after["ok"]) == (1, 1.0)
     assert table["none"].during.summary()["n"] == 2
     assert table["pause"].faults == 1
