@@ -43,7 +43,6 @@ from tests.nemesis.history import Callback, Event, Exit, Request
 __all__ = ["SLACK_MS", "Finding", "Verdict", "check"]
 
 SLACK_MS = 50
-_EXAMPLES = 20
 Op = tuple[str, str]
 
 

@@ -107,16 +107,18 @@ def _anchor_ms(finding: Finding) -> int | None:
     return min((int(r["invoke_ms"]) for r in requests), default=None)
 
 
+def _mentions(event: dict[str, Any], partition: int) -> bool:
+    parts = event.get("partitions")
+    return event.get("partition") == partition or (isinstance(parts, list) and partition in parts)
+
+
 def _related(finding: Finding, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events about ``finding``'s partition (or about no partition in particular) within
+    """The events that name ``finding``'s partition (every event when it has none) within
     20 s of it, the closest last."""
     partition, at_ms = _partition(finding), _anchor_ms(finding)
     related = []
     for event in events:
-        parts = event.get("partitions")
-        if partition is not None and event.get("partition", partition) != partition:
-            continue
-        if partition is not None and isinstance(parts, list) and partition not in parts:
+        if partition is not None and not _mentions(event, partition):
             continue
         stamp = event.get("at_ms")
         if at_ms is not None and stamp is not None and abs(stamp - at_ms) > _AROUND_MS:
