@@ -315,9 +315,11 @@ class Service:
                     f" PURGATORY_PEER_URLS ({','.join(map(str, owners.own()))}), got"
                     f" {settings.kafka_static_partitions}"
                 )
-            return owners, new_forwarder(me=str(settings.replica_ordinal))
+            return owners, new_forwarder(
+                me=str(settings.replica_ordinal), wait_ms=settings.journal_wait_ms
+            )
         if settings.advertised_url is not None and settings.kafka_static_partitions is None:
-            return None, new_forwarder(me=settings.advertised_url)
+            return None, new_forwarder(me=settings.advertised_url, wait_ms=settings.journal_wait_ms)
         return None, None
 
     def _bind_metrics(self) -> None:

@@ -9,6 +9,8 @@ service never exits, and the operations journaled before come back.
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 import trio
@@ -35,7 +37,7 @@ async def _restart_with(
     coordinator: Transactions | None = None,
     fail_reads: int = 0,
     fail_opens: int = 0,
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+) -> tuple[list[dict[str, object]], list[MutableMapping[str, Any]]]:
     """Journal two operations with one service, then start another while the broker's
     answers time out (``fail_reads`` reads, ``fail_opens`` transactional opens); returns the
     second's ``/readyz`` partitions that said why they waited, and its logs."""

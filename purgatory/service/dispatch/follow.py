@@ -202,6 +202,9 @@ class Follower:
             _log.info("partition_taken_while_restoring", partition=partition)
             return  # revoked or fenced meanwhile: this restore is void
         await self._serve(restored)
+        if self._current(life, restores):  # serving once its inputs are resumed (until then
+            self.table.on(partition, LifeEvent.RESTORED, trio.current_time())  # it is held)
+            self._log_serving(restored)
 
     async def _rebuild(self, partition: int, restores: int, status: Progress) -> Restored:
         """``partition``'s engine from its snapshot and journal (new, without a reader).
@@ -229,16 +232,16 @@ class Follower:
         )
 
     async def _serve(self, restored: Restored) -> None:
-        """Serve a restored partition: its writer told where the log ends, the overdue
-        flagged late, the undelivered re-sent, its inputs resumed where the journal reached."""
-        engine, positions, status = restored.engine, restored.positions, restored.progress
+        """Serve a restored partition's engine: its writer told where the log ends, the
+        overdue flagged late, the undelivered re-sent, its inputs resumed where the journal
+        reached."""
+        engine, positions = restored.engine, restored.positions
         partition = engine.partition
         if self._changelog is not None:  # where its next record must land: checked first
             self._changelog.expect(partition, restored.journal_end)
-        late = engine.resume(self._clock.now_ms())
+        restored.progress.overdue = engine.resume(self._clock.now_ms())
         topics = self._config.input_topics
         epochs = {t: self._source.resume_epoch(t, partition) for t in topics}
-        self.table.on(partition, LifeEvent.RESTORED, trio.current_time())
         self._state.serve(
             partition, engine, acked=restored.acked, positions=positions, epochs=epochs
         )
@@ -246,18 +249,22 @@ class Follower:
         await self._source.resume({(t, partition): positions.get(t) for t in topics})
         if positions:  # the group's offsets follow the journal, after the re-sent outcomes
             self._release.consumed(partition, {(t, partition): o for t, o in positions.items()})
+
+    @staticmethod
+    def _log_serving(restored: Restored) -> None:
+        status = restored.progress
         _log.info(
             "partition_serving",
-            partition=partition,
+            partition=status.partition,
             journal_records=status.records,
             void_records=status.void,
             journal_entries=status.entries,
-            pending=engine.statistics().pending,
+            pending=restored.engine.statistics().pending,
             resent=len(restored.resend),
-            overdue=late,
+            overdue=status.overdue,
             snapshot_pending=status.snapshot_pending,
             restore_s=round(status.seconds or 0.0, 3),
-            positions=positions,
+            positions=restored.positions,
         )
 
     def _current(self, life: Life, restores: int) -> bool:

@@ -61,6 +61,7 @@ class Progress:
     offset: int = 0
     snapshot_bytes: int = 0
     snapshot_pending: int = 0
+    overdue: int = 0  # operations overdue when it resumed (flagged late)
     fetch_s: float = 0.0  # finding and reading the snapshot
     rebuild_s: float = 0.0  # rebuilding the engine from it
     tail_s: float = 0.0  # reading and replaying the journal after it
