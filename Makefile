@@ -148,7 +148,7 @@ bench-delivery: $(STAMP) $(KAFKA_STAMP)
 ## The nemesis (tests/nemesis), as root: Apache Kafka and three replicas in network namespaces
 ## of their own, faults in rounds (cut links, the broker cut off, replicas apart, a slow lossy
 ## link, SIGSTOP past the session timeout, SIGKILL), a recorded history checked against the
-## callbacks topic; about two and a half minutes per seed and mode. SEEDS=1,2,3,
+## callbacks topic; about three minutes per seed and mode. SEEDS=1,2,3,
 ## DELIVERY=acknowledged|transactional|both, ROUNDS=N, OUT=DIR (default: a new dir in /tmp);
 ## prints a table and writes results.json, the histories and the logs. Kafka's jars: the kafka
 ## target.

@@ -1,7 +1,7 @@
 """The nemesis's command line: ``python -m tests.nemesis --seeds 1,2,3 --delivery both``.
 
 Runs one nemesis run per seed per delivery mode, one after the other (each in a lab of its own,
-about two and a half minutes with the default seven rounds), prints a table (seed, mode, ops,
+about three minutes with the default seven rounds), prints a table (seed, mode, ops,
 acknowledged, lost, conflicting, re-decided, identical copies, extra committed, early,
 contradicting, unexpected exits, then availability per fault kind) and writes ``results.json``
 beside every run's directory (history, callbacks, logs, ``verdict.json``) under ``--out``.
