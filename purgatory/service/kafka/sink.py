@@ -28,6 +28,24 @@ and the producer thread, no wait for either to be scheduled (at a low rate, wher
 makes a small batch, those hops were most of a callback's cost). Any other batch takes the
 channel, and so does every batch after it until the thread has handed everything over, so the
 records of a partition still reach the producer in the order they were sent.
+
+The producer is kafka-python's default, idempotent one (the journal counts on it: a produce
+request retried after a timeout whose first try was written is not written twice, so the
+record's offset is where its writer expects it). kafka-python 3.0.12 strands such a producer
+after a broker outage longer than the delivery timeout: when a batch that was already sent
+expires (its request timed out after 30 s, it was queued again, and 120 s have passed since it
+was made), the producer drops its producer id, since it cannot know which sequence numbers the
+broker holds, but it never asks for a new one. Java's producer returns to its initial state
+there, and its I/O thread then asks for a new id as at the start; kafka-python stays ``READY``,
+its I/O thread asks for an id only when ``UNINITIALIZED``, and sends nothing without one. Every
+record sent afterwards stays queued, not even failed, for good: the journal would stall forever
+though the broker came back. :func:`_renew_producer_id_after_reset` puts the missing step back,
+so the producer gets a new id once the broker answers and sends what waited. What is left is
+weather: a record that expired may have been written after all, so its resend lands one past
+where the journal expected it and is treated as another writer's (a restore of the partition,
+not a loss); and the pass in which kafka-python drops the id does not send the batches it has
+just taken out of its queue (another sent batch expiring once the broker is back), which then
+fail only at their own delivery timeout, and are sent again.
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ from typing import Any
 import trio
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
+from kafka.producer.transaction_manager import TransactionState
 
 from purgatory._core import TransportError, UsageError
 from purgatory.service.kafka.config import (
@@ -203,6 +222,7 @@ class _ProducerThread:
             servers = self._kwargs["bootstrap_servers"]
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
         try:
+            _renew_producer_id_after_reset(producer)
             self.producer = producer
             trio.from_thread.run_sync(task_status.started)
             while True:
@@ -463,6 +483,33 @@ async def open_kafka_sink(
                     f" broker at {kwargs['bootstrap_servers']} does not acknowledge (its records"
                     " were not acknowledged, so nothing was promised for them)"
                 )
+
+
+def _renew_producer_id_after_reset(producer: Any) -> None:
+    """Have kafka-python's idempotent ``producer`` ask for a new producer id whenever it drops
+    its own (a batch that expired after it was sent; see the module docstring).
+
+    kafka-python 3.0.12's ``TransactionManager.reset_producer_id`` forgets the id and the
+    sequence numbers but leaves the state ``READY``, and its I/O thread asks for an id only in
+    ``UNINITIALIZED`` (``init_producer_id``), so it never sends again. Java's
+    ``resetIdempotentProducerId`` also returns to ``UNINITIALIZED``; this does the same right
+    after kafka-python's reset, under the manager's lock. Only from ``READY``: a reset while an
+    id is being asked for (``INITIALIZING``, ``BUMPING_PRODUCER_EPOCH``) gets one from that
+    request, and a fatal state stays fatal. A kafka-python that makes the step itself leaves
+    nothing to do here. Not for a transactional producer, whose reset kafka-python refuses.
+    """
+    manager = producer._transaction_manager
+    if manager is None or manager.is_transactional():
+        return
+    reset = manager.reset_producer_id
+
+    def reset_and_renew() -> None:
+        with manager._lock:
+            reset()
+            if manager._current_state is TransactionState.READY:
+                manager._current_state = TransactionState.UNINITIALIZED
+
+    manager.reset_producer_id = reset_and_renew
 
 
 def _producer_kwargs(
