@@ -229,6 +229,17 @@ class KafkaTransactions:
                     },
                     self._group_metadata(),
                 )
+            # Every record sent, or failed, before the commit: kafka-python 3.0 commits a
+            # transaction one of whose records expired unsent (a broker away longer than the
+            # delivery timeout) as if it held it, where Java's producer refuses to. A record
+            # that failed aborts the transaction instead (retried whole, or its record
+            # dead-lettered when the broker refused it for good).
+            producer.flush()
+            unsent = next((f.exception for f in futures if f.is_done and f.failed()), None)
+            if isinstance(unsent, KafkaError):
+                raise unsent
+            if unsent is not None:
+                raise KafkaError(f"a record of the transaction was not sent: {unsent!r}")
             producer.commit_transaction()
         except _RefusedError as refused:
             self._abort(producer, refused)
