@@ -55,6 +55,7 @@ ELSEWHERE = {
     "kafka-topics.sh": "tests/test_kafka_doc.py creates the same topics on Apache Kafka",
     "pip": "make airflow installs purgatory[airflow] (editable) into .venv-airflow",
     "airflow": "tests/airflow/test_dags.py adds the connection with the same command",
+    "make nemesis": "tests/nemesis/test_nemesis.py runs its short form through the same run_one",
 }
 
 

@@ -287,11 +287,6 @@ class Changelog:
         self._fenced.discard(partition)
         self._withdraw(partition)
 
-    def expects(self, partition: int) -> bool:
-        """Whether this writer knows where its next record of ``partition`` must land (it took
-        the partition over, and no fence has voided it since)."""
-        return partition in self._expected
-
     async def durable(self, partitions: Iterable[int] = (), *, bounded: bool = False) -> None:
         """Return once everything recorded so far is acknowledged by the broker.
 
