@@ -13,8 +13,9 @@ What must hold, "one outcome per operation" under those faults:
 * acknowledged delivery: every copy of a callback is byte-identical (nothing re-decided);
 * transactional delivery: a ``read_committed`` reader sees exactly one record per operation.
 
-Both modes share one ``xdist_group``, so they never run at once on a two-core machine (each
-already runs a JVM, three replicas with their snapshotters, and the load). It needs root and
+Both modes share one ``xdist_group`` (with the other tests that load the whole machine), so
+they never run at once on a two-core machine (each already runs a JVM, three replicas with
+their snapshotters, and the load). It needs root and
 ``ip``/``bridge``/``tc`` (CI runs as root); without them it fails and says why. Run the long
 form with ``make nemesis``.
 """
@@ -31,7 +32,9 @@ from tests.nemesis.plan import Shape
 from tests.nemesis.report import log_events, verdict_json
 from tests.nemesis.run import prerequisites, run_one
 
-pytestmark = [pytest.mark.nemesis, pytest.mark.xdist_group("nemesis")]
+# One xdist group with the other tests that load the whole machine (a fresh Kafka beside busy
+# loops): they run one after another, never side by side.
+pytestmark = [pytest.mark.nemesis, pytest.mark.xdist_group("whole-machine")]
 
 SEED = 1
 KINDS = ("cut-broker", "pause", "cut-replica-broker")

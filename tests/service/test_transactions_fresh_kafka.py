@@ -24,7 +24,8 @@ import pytest
 from purgatory.devtools.child import own_names, service_process
 from purgatory.devtools.kafka_broker import KafkaBroker
 
-pytestmark = pytest.mark.kafka
+# It loads both cores on purpose: never beside the nemesis, which loads them too.
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("whole-machine")]
 
 BUSY = 2  # one busy loop per core of the project's 2-vCPU machine
 # From a fresh broker's answer to /readyz 200 under that load, on the project's 2-vCPU machine
