@@ -1,5 +1,6 @@
 """Availability per fault kind: how many requests were answered ``ok`` while a fault was on, and
-in the :data:`AFTER_HEAL_MS` (10 s) after its heal, and how long the answers took (pure).
+in the :data:`AFTER_HEAL_MS` (10 s) after its heal (or until the next fault, if that comes
+sooner), and how long the answers took (pure).
 
 A request belongs to the window its invocation falls in. Requests outside every fault's two
 windows make the ``none`` row, the baseline. Latency is from invocation to whatever answer came
@@ -77,12 +78,16 @@ def availability(events: Sequence[Event]) -> dict[str, Availability]:
     end_ms = max((_at(e) for e in events), default=0) + 1
     windows: list[tuple[int, int, Window]] = []
     table: dict[str, Availability] = defaultdict(Availability)
+    starts = sorted(fault.start_ms for fault in faults)
     for fault in faults:
         row = table[fault.kind]
         row.faults += 1
         heal_ms = fault.heal_ms if fault.heal_ms is not None else end_ms
         windows.append((fault.start_ms, heal_ms, row.during))
-        windows.append((heal_ms, heal_ms + AFTER_HEAL_MS, row.after))
+        # The after window ends where the next fault begins: what that fault costs is its own.
+        later = [start for start in starts if start >= heal_ms]
+        after_ms = min([heal_ms + AFTER_HEAL_MS, *later[:1]])
+        windows.append((heal_ms, after_ms, row.after))
     baseline = table["none"].during
     for event in events:
         if not isinstance(event, Request | Probe):

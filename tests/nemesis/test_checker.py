@@ -326,6 +326,18 @@ def test_availability_per_fault_kind_during_and_after_the_heal() -> None:
     assert table["pause"].faults == 1
 
 
+def test_the_window_after_a_heal_ends_where_the_next_fault_begins() -> None:
+    events: list[Event] = [
+        Fault("pause", "r1", T + 1_000, T + 5_000),
+        Fault("kill", "r0", T + 8_000, T + 9_000),  # 3 s after the pause's heal
+        reg("after", at=T + 6_000),
+        reg("next", at=T + 8_500, result="unknown"),  # the kill's, not the pause's after
+    ]
+    table = verdict(events, []).availability
+    assert table["pause"].after.summary()["n"] == 1
+    assert (table["kill"].during.summary()["n"], table["kill"].during.summary()["ok"]) == (1, 0.0)
+
+
 def test_the_history_and_the_callbacks_round_trip_as_json_lines(tmp_path: Path) -> None:
     events, callbacks = clean()
     events += [
