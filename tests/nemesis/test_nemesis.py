@@ -1,4 +1,4 @@
-"""The nemesis, short form: one seed per delivery mode, three rounds of faults, about 90 s each.
+"""The nemesis, short form: one seed per delivery mode, three rounds of faults, about 75 s each.
 
 Apache Kafka and three ``purgatory serve`` replicas (consumer-group mode) run in network
 namespaces of their own while the workload registers, signals and cancels over HTTP and Kafka;
@@ -38,14 +38,16 @@ pytestmark = [pytest.mark.nemesis, pytest.mark.xdist_group("whole-machine")]
 
 SEED = 1
 KINDS = ("cut-broker", "pause", "cut-replica-broker")
+# Short enough for every gate (about 80 s a mode), long enough to bite: each cut outlasts the
+# journal wait (5 s), the pause the session (10 s), and deadlines fall inside the faults.
 SHORT = Shape(
     rounds=len(KINDS),
-    warmup_s=3.0,
-    fault_s=(8.0, 10.0),
-    pause_s=(13.0, 14.0),
-    gap_s=6.0,
-    deadline_s=(3.0, 12.0),
-    late_s=(0.3, 3.0),
+    warmup_s=2.0,
+    fault_s=(7.0, 9.0),
+    pause_s=(12.5, 13.5),
+    gap_s=4.0,
+    deadline_s=(3.0, 9.0),
+    late_s=(0.3, 2.5),
     settle_margin_s=4.0,
 )
 
