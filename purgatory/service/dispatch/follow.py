@@ -151,18 +151,14 @@ class Follower:
         topics = self._config.input_topics
         paused = {p for t, p in self._source.held() if t in topics}
         table = self.table
+        known = {life.partition for life in table.held()}
         # Taken away without a revocation seen (or taken away and given back between two
         # looks: held again, unread, so its position was reset): handed over, then taken anew.
-        live = table.in_state(
-            PartitionState.TAKEN,
-            PartitionState.RESTORING,
-            PartitionState.SERVING,
-            PartitionState.FENCED,
-        )
+        live = known - table.in_state(PartitionState.HANDING_OVER)
         gone = (live - held) | (table.in_state(PartitionState.SERVING) & paused)
         if gone:
             nursery.start_soon(self._settle, self._revoke(gone))
-        for partition in sorted(held - live - table.in_state(PartitionState.HANDING_OVER)):
+        for partition in sorted(held - known):
             table.take(partition, now)
         for partition in table.due(now):
             if partition not in held or self._held_back(partition):
@@ -280,11 +276,10 @@ class Follower:
     def fenced(self, partition: int) -> None:
         """Another writer wrote to ``partition``'s changelog (or took its transactional id):
         stop serving it; it is restored again from the changelog after its back-off."""
+        self._metrics.partition_fenced(partition)
         if self.table.get(partition) is None:
-            self._metrics.partition_fenced(partition)
             return  # no longer held: its last record was void, nothing else to do
         life = self.table.on(partition, LifeEvent.FENCED, trio.current_time())
-        self._metrics.partition_fenced(partition)
         if life.state is PartitionState.FENCED:
             self._state.drop(partition)
             _log.warning(

@@ -110,7 +110,10 @@ class _HoldNewPartitions(AsyncConsumerRebalanceListener):  # type: ignore[misc]
     member's heartbeats: a listener that blocks stops them, and a hand-over that waits for a
     slow broker then costs the member its session and the group a second rebalance. This one
     is a coroutine of that loop: the hand-over runs in trio, and the listener yields to the
-    loop (heartbeats included) while it waits for it.
+    loop (heartbeats included) while it waits for it. Partitions lost with the session (a link
+    cut, a pause) take the same path (the base class's ``on_partitions_lost``): another member
+    may own them already, but what this replica recorded for them must still settle before it
+    releases anything (a record that landed after the new owner's is void).
     """
 
     def __init__(self, thread: _ConsumerThread, consumer: Any, *, earliest: bool) -> None:
@@ -125,12 +128,6 @@ class _HoldNewPartitions(AsyncConsumerRebalanceListener):  # type: ignore[misc]
         net = self._consumer._net  # kafka-python's I/O loop: its sleep lets it run meanwhile
         while not done.is_set():
             await net.sleep(_HAND_OVER_POLL_S)
-
-    async def on_partitions_lost(self, lost: Collection[Any]) -> None:
-        # Lost with the session (a link cut, a pause): another member may own them already,
-        # but what this replica recorded for them must still settle before it releases
-        # anything (a record that landed after the new owner's is void).
-        await self.on_partitions_revoked(lost)
 
     async def on_partitions_assigned(self, assigned: Collection[Any]) -> None:
         new = [tp for tp in assigned if tp not in self._seen]
