@@ -86,7 +86,7 @@ $(AIRFLOW_STAMP): pyproject.toml $(AIRFLOW_CONSTRAINTS)
 	$(AIRFLOW_VENV)/bin/python -m pip install --quiet -c $(AIRFLOW_CONSTRAINTS) -e '.[airflow]'
 	touch $(AIRFLOW_STAMP)
 
-## Debian's Chromium for the browser test of the page at /ui (tests/service/test_ui.py), which
+## Debian's Chromium for the browser test of the page at /ui (tests/service/ops/test_ui.py), which
 ## Playwright drives; never `playwright install`, whose download host is not reachable. Installed
 ## with apt-get, as root, only when /usr/bin/chromium is missing.
 CHROMIUM := /usr/bin/chromium

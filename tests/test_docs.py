@@ -27,7 +27,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from purgatory.devtools.broker import free_port
-from tests.service.test_broker import _children, _dead, _poll
+from tests.devtools.test_broker import _children, _dead, _poll
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -40,8 +40,8 @@ _PURGATORY = Path(sys.executable).parent / "purgatory"
 ELSEWHERE = {
     "make demo": "tests/spark_bridge/test_pipeline.py runs the demo's entry point end to end",
     "make check": ".ci/run (CI) runs it on a clean clone",
-    "make kafka": "make check runs it first; tests/service/test_kafka_broker.py uses its jars",
-    "java": "tests/service/test_kafka_broker.py: KafkaBroker runs the same two commands",
+    "make kafka": "make check runs it first; tests/devtools/test_kafka_broker.py uses its jars",
+    "java": "tests/devtools/test_kafka_broker.py: KafkaBroker runs the same two commands",
     "make bench": "tests/benchmarks/test_service_smoke.py runs the benchmarks' code paths",
     "make bench-spark": "tests/benchmarks run the Spark benchmark's code paths",
     "make bench-airflow": "tests/airflow runs the same service, Airflow and DAG the benchmark does",

@@ -52,8 +52,8 @@ from purgatory.service.settings import Settings
 from tests.helm._chart import FULLNAME, NAMESPACE, SCENARIOS, kind, manifests
 from tests.monitoring._prometheus import Prometheus, Sample, binary, pause, run_prometheus
 from tests.monitoring.render_rules import rules_spec, write_rules
-from tests.service.test_e2e import _settings
-from tests.service.test_sigkill import Child
+from tests.service.end_to_end.test_e2e import _settings
+from tests.service.end_to_end.test_sigkill import Child
 
 pytestmark = [pytest.mark.kafka, pytest.mark.helm, pytest.mark.prometheus]
 
