@@ -7,15 +7,18 @@ One error says "unavailable, retry later"; the HTTP layer answers every kind of 
     └── UnavailableError         nothing is wrong with the request: try it again later
         ├── NotServingError      the scope's partition is not served here now (restoring,
         │                        fenced, another replica's, or inputs stopped)
-        └── JournalStalledError  the broker did not acknowledge the write's journal entry in
-                                 time (the write is applied and may still become durable)
+        ├── JournalStalledError  the broker did not acknowledge the write's journal entry in
+        │                        time (the write is applied and may still become durable)
+        └── OwnerUnansweredError the replica that owns the scope did not answer a forwarded
+                                 request in time (a write that had begun to leave may have
+                                 been applied there)
 """
 
 from __future__ import annotations
 
 from purgatory._core import PurgatoryError
 
-__all__ = ["JournalStalledError", "NotServingError", "UnavailableError"]
+__all__ = ["JournalStalledError", "NotServingError", "OwnerUnansweredError", "UnavailableError"]
 
 
 class UnavailableError(PurgatoryError):
@@ -95,3 +98,28 @@ class JournalStalledError(UnavailableError):
             f" Retry later; a retried registration is a duplicate"
         )
         self.wait_ms = wait_ms
+
+
+class OwnerUnansweredError(UnavailableError):
+    """The replica that owns the scope did not answer a forwarded request in time, or could
+    not be reached (HTTP 503 with Retry-After; see :mod:`purgatory.service.ownership.forward`).
+
+    Args:
+        why: what happened (no answer within the bound, or the connection's error).
+        maybe_applied: the request was a write that had begun to leave: the owner may have
+            applied it and its answer been lost (the answer then carries
+            ``Purgatory-Applied: maybe``); False: a read, or a request that never left.
+    """
+
+    field = "scope"
+
+    def __init__(self, why: str, *, maybe_applied: bool) -> None:
+        message = f"the replica that owns the scope did not answer in time ({why}); retry later"
+        if maybe_applied:
+            message += (
+                ". The write may have been applied there: a retry is safe (a retried"
+                " registration is a duplicate)"
+            )
+        super().__init__(message)
+        self.why = why
+        self.maybe_applied = maybe_applied

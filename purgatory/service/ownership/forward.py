@@ -1,13 +1,12 @@
 """Forwarding a request to the replica that owns its scope's partition (service layer).
 
 Any replica answers for any scope: a request whose scope's partition another replica owns
-(:mod:`purgatory.service.ownership.owners`) is sent on to that replica, as it came (method, path,
-query,
-body, ``Authorization``), and its answer is returned as the owner gave it. A forwarded request
-carries ``X-Purgatory-Forwarded-By``; a replica never forwards such a request again, so two
-replicas that disagree on ownership (in the middle of a rollout) answer 503 with Retry-After
-instead of bouncing it between them. An owner that cannot be reached is a 503 as well: the
-client retries within its deadline, and every write is idempotent.
+(:mod:`purgatory.service.ownership.owners`) is sent on to that replica, as it came (method,
+path, query, body, ``Authorization``), and its answer is returned as the owner gave it. A
+forwarded request carries ``X-Purgatory-Forwarded-By``; a replica never forwards such a
+request again, so two replicas that disagree on ownership (in the middle of a rollout) answer
+503 with Retry-After instead of bouncing it between them. An owner that cannot be reached is a
+503 as well: the client retries within its deadline, and every write is idempotent.
 
 **Answers within a bound.** Connecting and the whole request, the answer's body included, take
 at most ``wait_ms``: the journal wait (``PURGATORY_JOURNAL_WAIT_MS``), the longest a write
@@ -15,26 +14,25 @@ answered here waits for its own journal, so a client gets its answer within the 
 wherever its scope lives (a long poll adds its own wait). httpx's timeouts would not do: they
 bound each connect, read and write, not the request, and an owner whose link drops packets
 after the connection was made holds a request until the client has long given up. An owner
-that does not answer in time, or cannot be connected to, is answered here as the API answers
-an :class:`~purgatory.service.errors.UnavailableError`: 503, ``Retry-After``, and, for a write
-whose request had begun to leave, ``Purgatory-Applied: maybe`` (the owner may have applied it
-and its answer been lost, as a write whose journal stalled may be durable later): the client
-marks its retry, which the owner then takes as the duplicate it may be. A read, or a request
-that never left (no connection), was not applied.
+that does not answer in time, or cannot be connected to, raises
+:class:`~purgatory.service.errors.OwnerUnansweredError`, an ``UnavailableError`` the API's one
+error mapping answers: 503, ``Retry-After``, and, for a write whose request had begun to
+leave, ``Purgatory-Applied: maybe`` (the owner may have applied it and its answer been lost,
+as a write whose journal stalled may be durable later): the client marks its retry, which the
+owner then takes as the duplicate it may be. A read, or a request that never left (no
+connection), was not applied.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import trio
 
-from purgatory._codec import APPLIED_HEADER
 from purgatory._core import UsageError
-from purgatory.service.errors import UnavailableError
+from purgatory.service.errors import OwnerUnansweredError
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["FORWARDED_BY", "Forwarded", "Forwarder", "new_forwarder"]
@@ -103,8 +101,11 @@ class Forwarder:
             extra_s: a long poll's own wait, added to the bound.
 
         Returns:
-            The owner's answer; a 503 with ``Retry-After`` (see the module docstring) when it
-            did not answer within ``wait_ms`` plus ``extra_s``, or could not be reached.
+            The owner's answer, whatever its status.
+
+        Raises:
+            OwnerUnansweredError: the owner did not answer within ``wait_ms`` plus
+                ``extra_s``, or could not be reached (see the module docstring).
         """
         passed = {k: v for k, v in headers.items() if k.lower() in _PASSED_HEADERS}
         passed[FORWARDED_BY] = self._me
@@ -138,30 +139,11 @@ class Forwarder:
         _log.warning(
             "forward_failed", url=url, method=method, error=why, maybe_applied=maybe_applied
         )
-        return _unanswered(why, maybe_applied=maybe_applied)
+        raise OwnerUnansweredError(why, maybe_applied=maybe_applied)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
-
-
-def _unanswered(why: str, *, maybe_applied: bool) -> Forwarded:
-    """The answer for an owner that did not answer in time: an ``UnavailableError`` as the
-    API's one error mapping answers it (503, its field, ``Retry-After``, and
-    ``Purgatory-Applied: maybe`` when the write may have been applied)."""
-    message = f"the replica that owns the scope did not answer in time ({why}); retry later"
-    if maybe_applied:
-        message += (
-            ". The write may have been applied there: a retry is safe (a retried"
-            " registration is a duplicate)"
-        )
-    error = UnavailableError(message)
-    error.field, error.maybe_applied = "scope", maybe_applied
-    headers = {"content-type": "application/json", "retry-after": str(error.retry_after_s)}
-    if error.maybe_applied:
-        headers[APPLIED_HEADER.lower()] = "maybe"
-    answer = {"error": {"status": 503, "field": error.field, "message": str(error)}}
-    return Forwarded(503, json.dumps(answer).encode(), headers)
 
 
 def new_forwarder(*, me: str, wait_ms: int = 5_000) -> Forwarder:

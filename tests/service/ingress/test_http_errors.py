@@ -13,8 +13,8 @@ from purgatory._core import (
     TransportError,
     UsageError,
 )
-from purgatory.service.errors import JournalStalledError, NotServingError
-from purgatory.service.ingress.http.requests import HttpError, as_http_error
+from purgatory.service.errors import JournalStalledError, NotServingError, OwnerUnansweredError
+from purgatory.service.ingress.http.answers import HttpError, as_http_error
 
 
 @pytest.mark.parametrize(
@@ -33,6 +33,18 @@ from purgatory.service.ingress.http.requests import HttpError, as_http_error
             {"Retry-After": "1", "Purgatory-Applied": "maybe"},
         ),
         (JournalStalledError(5_000), 503, None, {"Retry-After": "1", "Purgatory-Applied": "maybe"}),
+        (
+            OwnerUnansweredError("no answer within 5000 ms", maybe_applied=True),
+            503,
+            "scope",
+            {"Retry-After": "1", "Purgatory-Applied": "maybe"},
+        ),
+        (
+            OwnerUnansweredError("ConnectError", maybe_applied=False),
+            503,
+            "scope",
+            {"Retry-After": "1"},
+        ),
         (TransportError("gone"), 503, None, {"Retry-After": "1", "Purgatory-Applied": "maybe"}),
         (UsageError("deadline_ms: too far ahead"), 422, None, {}),
     ],

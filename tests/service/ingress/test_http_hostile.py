@@ -30,6 +30,7 @@ from purgatory._core import EngineConfig
 from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.ingress.http.app import HttpConfig, build_app
 from purgatory.service.ingress.http.auth import Authenticator
+from purgatory.service.ingress.http.queries import long_poll_wait_s
 from purgatory.service.ingress.http.routes import ROUTES
 from purgatory.service.ingress.http.server import server_config
 from tests.service.ingress.test_http import Harness, running
@@ -225,14 +226,12 @@ async def test_query_integers_are_ascii_digits_or_a_422_naming_them(
 
 async def test_a_forwarded_long_poll_with_a_bad_timeout_is_not_a_500() -> None:
     # The wait added to a forward's timeout reads the same parameter, leniently.
-    from purgatory.service.ingress.http.requests import _wait_s  # noqa: PLC0415 - a private helper
-
     class _Request:
         def __init__(self, value: str) -> None:
             self.query_params = {"timeout_ms": value}
 
-    assert _wait_s(_Request("²")) == 0.0  # type: ignore[arg-type]
-    assert _wait_s(_Request("1500")) == 1.5  # type: ignore[arg-type]
+    assert long_poll_wait_s(_Request("²")) == 0.0  # type: ignore[arg-type]
+    assert long_poll_wait_s(_Request("1500")) == 1.5  # type: ignore[arg-type]
 
 
 # -- paths, methods, tokens, limits -------------------------------------------------------------

@@ -311,6 +311,24 @@ async def test_an_owner_that_refuses_the_connection_is_a_503_at_once(
             assert "ConnectError" in created.json()["error"]["message"]
 
 
+async def test_a_registration_batch_whose_owner_is_unreachable_answers_its_items_503(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Each forwarded item is answered as the one mapping answers an owner that did not
+    # answer; the local part is applied here all the same.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        host, port = closed.getsockname()
+        async with _forwarding_to(f"http://{host}:{port}") as (http, service):
+            ops = [_op(LOCAL, "a"), _op(REMOTE, "b")]
+            answer = await http.post("/v1/operations:batch", json={"operations": ops})
+            assert answer.status_code == 200
+            mine, theirs = answer.json()["results"]
+            assert mine["http_status"] == 201 and service.state.lookup(LOCAL, "a") is not None
+            assert theirs["http_status"] == 503 and theirs["op_id"] == "b"
+            assert "did not answer in time" in theirs["error"]
+
+
 async def test_the_forwarders_bound_is_positive() -> None:
     async with httpx.AsyncClient() as client:
         with pytest.raises(UsageError, match="wait_ms must be > 0"):

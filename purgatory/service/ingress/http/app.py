@@ -26,10 +26,12 @@ partition not served here yet, a journal the broker did not acknowledge within
 ``PURGATORY_JOURNAL_WAIT_MS``) or a journal that failed. Nothing is half-applied: a batch is
 validated whole before any item is applied.
 
-The modules: ``table`` (what a route is), ``requests`` (the configuration, errors,
-reading a request), ``routes`` (the handlers and the table), ``server`` (how slow
-and stalled clients are cut off, and how an answer given before the body was read keeps the
-connection), and this one, which serves the table.
+The modules: ``context`` (the routes' configuration and what every handler is given),
+``bodies`` and ``queries`` (reading a request), ``forwarding`` (sending it to its scope's
+owner), ``answers`` (the one error mapping, :func:`~.answers.as_http_error`, and the JSON of
+outcomes), ``table`` (what a route is), ``routes`` (the handlers and the table), ``server``
+(how slow and stalled clients are cut off, and how an answer given before the body was read
+keeps the connection), and this one, which serves the table.
 """
 
 from __future__ import annotations
@@ -46,21 +48,17 @@ from starlette.types import Receive, Scope, Send
 
 from purgatory._core import PurgatoryError
 from purgatory.service.dispatch.partitions import ServiceState
-from purgatory.service.errors import NotServingError
+from purgatory.service.errors import NotServingError, OwnerUnansweredError
+from purgatory.service.ingress.http.answers import HttpError, as_http_error, error_response
 from purgatory.service.ingress.http.auth import ANONYMOUS, AuthError
-from purgatory.service.ingress.http.requests import (
-    HttpConfig,
-    HttpError,
-    _Context,
-    _context,
-    _error,
-    _forward,
-    _ForwardFailedError,
-    _passed_on,
-    _target,
-    _wait_s,
-    as_http_error,
+from purgatory.service.ingress.http.context import HttpConfig, RequestContext, context_of
+from purgatory.service.ingress.http.forwarding import (
+    ForwardRefusedError,
+    forward_to_owner,
+    owner_response,
+    owner_url_for,
 )
+from purgatory.service.ingress.http.queries import long_poll_wait_s
 from purgatory.service.ingress.http.routes import ROUTES
 from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers
 from purgatory.service.ingress.http.table import ApiRoute
@@ -80,7 +78,7 @@ _UNKNOWN_PATH = "(unknown)"  # the route label of requests no route matches
 async def _serve(request: Request, label: str, route: ApiRoute | None, allow: str) -> Response:
     """Answer ``request`` with ``route`` (None: 404 if ``allow`` is empty, else 405), mapping
     every error to its JSON answer, and observe it."""
-    ctx = _context(request)
+    ctx = context_of(request)
     start = trio.current_time()
     client = ANONYMOUS
     try:
@@ -99,21 +97,13 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
                 ) from None
         request.state.client = client
         response = await route.handler(request)
-    except _ForwardFailedError as exc:
-        response = _passed_on(exc.answer)
+    except ForwardRefusedError as exc:
+        response = owner_response(exc.answer)
     except (HttpError, PurgatoryError) as exc:
-        url = None
-        if isinstance(exc, NotServingError) and not exc.restoring:  # another replica's?
-            url = _target(ctx, request, exc.partition)
-        if url is not None:
-            raw = getattr(request.state, "raw", None)
-            answered = await _forward(ctx, request, url, raw, extra_s=_wait_s(request))
-            response = _passed_on(answered)
-        else:
-            answer = as_http_error(exc)
-            if answer is None:
-                raise
-            response = _error(answer.status, answer.message, answer.field, answer.headers)
+        answered = await _answer_error(ctx, request, exc)
+        if answered is None:
+            raise
+        response = answered
     elapsed_s = trio.current_time() - start
     status = response.status_code
     ctx.config.observe(label, request.method, status, elapsed_s, client)
@@ -130,6 +120,26 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
             ms=round(elapsed_s * 1000, 2),
         )
     return response
+
+
+async def _answer_error(
+    ctx: RequestContext, request: Request, exc: HttpError | PurgatoryError
+) -> Response | None:
+    """The answer for ``exc``: the owner's, when the scope is another replica's; otherwise
+    the one error mapping's (None: not an error the API answers)."""
+    if isinstance(exc, NotServingError) and not exc.restoring:  # another replica's?
+        url = owner_url_for(ctx, request, exc.partition)
+        if url is not None:
+            raw = getattr(request.state, "raw", None)
+            wait_s = long_poll_wait_s(request)
+            try:
+                return owner_response(
+                    await forward_to_owner(ctx, request, url, raw, extra_s=wait_s)
+                )
+            except OwnerUnansweredError as unanswered:
+                exc = unanswered  # answered as any other unavailability
+    answer = as_http_error(exc)
+    return error_response(answer) if answer is not None else None
 
 
 class _Path:
@@ -178,5 +188,5 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             )
         ],
     )
-    app.state.purgatory = _Context(state, config, gate if gate is not None else NoJournal())
+    app.state.purgatory = RequestContext(state, config, gate if gate is not None else NoJournal())
     return app

@@ -8,7 +8,6 @@ Retry-After (:class:`~purgatory.service.errors.JournalStalledError`), never hang
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -27,36 +26,34 @@ from purgatory._core import (
     OutcomeKind,
     UsageError,
 )
-from purgatory.service.errors import NotServingError, UnavailableError
-from purgatory.service.ingress.http.requests import (
-    _DEFAULT_PAGE,
+from purgatory.service.errors import NotServingError, OwnerUnansweredError, UnavailableError
+from purgatory.service.ingress.http.answers import (
     HttpError,
-    _after,
-    _body,
-    _client,
-    _Context,
-    _context,
-    _cursor,
-    _decode_all,
-    _envelope,
-    _forward,
-    _ForwardFailedError,
-    _outcome_json,
-    _query,
-    _query_int,
-    _register,
-    _retry,
-    _signal,
-    _split,
     as_http_error,
+    outcome_json,
+    registration_json,
+)
+from purgatory.service.ingress.http.bodies import as_record, decode_batch, read_body
+from purgatory.service.ingress.http.context import RequestContext, client_of, context_of
+from purgatory.service.ingress.http.forwarding import (
+    ForwardRefusedError,
+    forward_parts,
+    split_by_owner,
+)
+from purgatory.service.ingress.http.queries import (
+    cursor_after,
+    is_retry_request,
+    page_cursor,
+    query_int,
+    scope_and_op_id,
 )
 from purgatory.service.ingress.http.table import (
-    _CONFLICT,
-    _NOT_FOUND,
+    OP_ID_CONFLICT,
+    OPERATION_NOT_FOUND,
     Answer,
     ApiRoute,
     Param,
-    _error_answer,
+    error_answer,
 )
 from purgatory.service.ops.overview import MAX_DEADLINES, MAX_SCOPES, ui_page
 from purgatory.service.ops.recent import MAX_RECENT
@@ -64,23 +61,25 @@ from purgatory.service.ownership.forward import Forwarded
 
 __all__ = ["ROUTES"]
 
+_DEFAULT_PAGE = 100
+
 
 # -- the handlers -------------------------------------------------------------------------------
 
 
 async def create_operation(request: Request) -> Response:
     """``POST /v1/operations``."""
-    ctx = _context(request)
+    ctx = context_of(request)
     try:
-        body = await _body(ctx, request)
-        req = decode_request(_envelope(body, "register", ""), ctx.config.limits)
+        body = await read_body(ctx, request)
+        req = decode_request(as_record(body, "register", ""), ctx.config.limits)
     except (RecordError, HttpError) as exc:
         if not isinstance(exc, HttpError) or exc.status in (400, 422):
             ctx.config.count_registration("invalid")
         raise
     assert isinstance(req, RegisterRequest)
     try:
-        status, answer = _register(ctx, req, _client(request), retry=_retry(request))
+        status, answer = _register(ctx, req, client_of(request), retry=is_retry_request(request))
     except RecordError:  # a policy of this replica's, e.g. a reply_to not allowed
         ctx.config.count_registration("invalid")
         raise
@@ -90,33 +89,23 @@ async def create_operation(request: Request) -> Response:
 
 async def create_operations(request: Request) -> Response:
     """``POST /v1/operations:batch``."""
-    ctx = _context(request)
+    ctx = context_of(request)
     try:
-        payload = await _body(ctx, request)
-        decoded = _decode_all(
+        payload = await read_body(ctx, request)
+        decoded = decode_batch(
             ctx, payload, "operations", kind="register", decode=decode_request, cls=RegisterRequest
         )
     except HttpError as exc:
         if exc.status in (400, 422):
             ctx.config.count_registration("invalid")
         raise
-    client, retry = _client(request), _retry(request)
-    local, remote = _split(ctx, request, [req.scope for req in decoded])
+    client, retry = client_of(request), is_retry_request(request)
+    local, remote = split_by_owner(ctx, request, [req.scope for req in decoded])
     results: list[dict[str, Any]] = [{} for _ in decoded]
-    for indexes, answered in await _to_owners(ctx, request, payload, "operations", remote):
-        theirs = answered.json().get("results") if answered.status == 200 else None
-        for position, index in enumerate(indexes):
-            req = decoded[index]
-            if isinstance(theirs, list) and position < len(theirs):
-                results[index] = theirs[position]
-            else:
-                error = f"forwarded to the scope's owner, which answered {answered.status}"
-                results[index] = {
-                    "http_status": 503,
-                    "scope": req.scope,
-                    "op_id": req.op_id,
-                    "error": error,
-                }
+    for indexes, answered in await forward_parts(ctx, request, payload, "operations", remote):
+        theirs = _their_results(answered, [decoded[index] for index in indexes])
+        for index, result in zip(indexes, theirs, strict=True):
+            results[index] = result
     for index in local:
         req = decoded[index]
         try:
@@ -135,18 +124,52 @@ async def create_operations(request: Request) -> Response:
     return JSONResponse({"results": results})
 
 
+def _register(
+    ctx: RequestContext, req: RegisterRequest, client: str, *, retry: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """Apply one registration for ``client`` (``retry``: see :mod:`purgatory._codec._retry`);
+    its status code and answer."""
+    reg = ctx.state.register(req, client=client, retry=retry)
+    status = 201 if reg.status.value in ("pending", "completed") else 200
+    return status, registration_json(req, reg)
+
+
+def _their_results(
+    answered: Forwarded | OwnerUnansweredError, reqs: list[RegisterRequest]
+) -> list[dict[str, Any]]:
+    """The results of the registrations ``reqs`` forwarded to one owner: the owner's, or,
+    where it gave none, a 503 (an owner that did not answer: as the one mapping answers it)."""
+    if isinstance(answered, OwnerUnansweredError):
+        mapped = as_http_error(answered)
+        assert mapped is not None  # an UnavailableError has an answer
+        status, error, theirs = mapped.status, mapped.message, None
+    else:
+        status = 503
+        error = f"forwarded to the scope's owner, which answered {answered.status}"
+        theirs = answered.json().get("results") if answered.status == 200 else None
+    results: list[dict[str, Any]] = []
+    for position, req in enumerate(reqs):
+        if isinstance(theirs, list) and position < len(theirs):
+            results.append(theirs[position])
+        else:
+            results.append(
+                {"http_status": status, "scope": req.scope, "op_id": req.op_id, "error": error}
+            )
+    return results
+
+
 async def list_operations(request: Request) -> Response:
     """``GET /v1/operations``: one page of a scope's pending operations."""
-    ctx = _context(request)
+    ctx = context_of(request)
     scope = request.query_params.get("scope")
     if not scope:
         raise HttpError(422, "query parameter scope is required", "scope")
     most = ctx.config.max_batch
-    limit = _query_int(request, "limit", default=min(_DEFAULT_PAGE, most), minimum=1, maximum=most)
-    after = _after(ctx, request)
+    limit = query_int(request, "limit", default=min(_DEFAULT_PAGE, most), minimum=1, maximum=most)
+    after = cursor_after(ctx, request)
     specs = ctx.state.pending_page(scope, after=after, limit=limit + 1)
     page = specs[:limit]
-    next_cursor = _cursor(page[-1].op_id) if len(specs) > limit else None
+    next_cursor = page_cursor(page[-1].op_id) if len(specs) > limit else None
     engine = ctx.state.engine_of(scope)
     operations = []
     for spec in page:
@@ -174,8 +197,8 @@ async def list_operations(request: Request) -> Response:
 
 async def get_operation(request: Request) -> Response:
     """``GET /v1/operation``."""
-    ctx = _context(request)
-    scope, op_id = _query(request)
+    ctx = context_of(request)
+    scope, op_id = scope_and_op_id(request)
     found = ctx.state.lookup(scope, op_id)
     if found is None:
         raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
@@ -188,17 +211,17 @@ async def get_operation(request: Request) -> Response:
             "keys": list(spec.keys),
             "deadline_ms": spec.deadline_ms,
             "time_domain": spec.time_domain.value,
-            "outcome": _outcome_json(outcome) if outcome is not None else None,
+            "outcome": outcome_json(outcome) if outcome is not None else None,
         }
     )
 
 
 async def wait_operation(request: Request) -> Response:
     """``GET /v1/operation/wait``."""
-    ctx = _context(request)
-    scope, op_id = _query(request)
+    ctx = context_of(request)
+    scope, op_id = scope_and_op_id(request)
     most = ctx.config.max_wait_ms
-    timeout_ms = _query_int(
+    timeout_ms = query_int(
         request, "timeout_ms", default=min(30_000, most), minimum=0, maximum=most
     )
     try:
@@ -214,15 +237,15 @@ async def wait_operation(request: Request) -> Response:
             "scope": scope,
             "op_id": op_id,
             "status": outcome.outcome.value,
-            "outcome": _outcome_json(outcome),
+            "outcome": outcome_json(outcome),
         }
     )
 
 
 async def cancel_operation(request: Request) -> Response:
     """``DELETE /v1/operation``."""
-    ctx = _context(request)
-    scope, op_id = _query(request)
+    ctx = context_of(request)
+    scope, op_id = scope_and_op_id(request)
     outcome = ctx.state.cancel(CancelRequest(op_id=op_id, scope=scope))
     await ctx.gate.durable([ctx.state.partition_of(scope)], bounded=True)
     if outcome is None:
@@ -230,19 +253,29 @@ async def cancel_operation(request: Request) -> Response:
         if found is None:
             raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
         earlier = found[1]
-        if _retry(request) and earlier is not None and earlier.outcome is OutcomeKind.CANCELLED:
+        if (
+            is_retry_request(request)
+            and earlier is not None
+            and earlier.outcome is OutcomeKind.CANCELLED
+        ):
             outcome = earlier  # the first try cancelled it (see purgatory._codec._retry)
         else:
             raise HttpError(409, "the operation has already finished", "op_id")
-    return JSONResponse({"status": "cancelled", "outcome": _outcome_json(outcome)})
+    return JSONResponse({"status": "cancelled", "outcome": outcome_json(outcome)})
 
 
-async def _forward_parts(
-    ctx: _Context, request: Request, payload: Any, name: str, records: list[Any]
+async def _forward_others_first(
+    ctx: RequestContext, request: Request, payload: Any, name: str, records: list[Any]
 ) -> tuple[list[int], list[dict[str, Any]]]:
     """Forward the items other replicas own (all must be taken before anything is applied
-    here); returns the indexes to apply here and the owners' answers."""
-    local, remote = _split(ctx, request, [r.scope for r in records])
+    here); returns the indexes to apply here and the owners' answers.
+
+    Raises:
+        NotServingError: a local part cannot be applied here now.
+        OwnerUnansweredError: an owner did not answer in time.
+        ForwardRefusedError: an owner refused its part (its answer is the batch's).
+    """
+    local, remote = split_by_owner(ctx, request, [r.scope for r in records])
     serving = ctx.state.serving()
     for index in local:  # every local part must be servable before anything is applied
         partition = ctx.state.partition_of(records[index].scope)
@@ -250,36 +283,25 @@ async def _forward_parts(
             raise NotServingError(partition, restoring=partition in ctx.state.restoring_now())
         ctx.state.check_inputs(partition)
     answers: list[dict[str, Any]] = []
-    for _indexes, answered in await _to_owners(ctx, request, payload, name, remote):
+    for _indexes, answered in await forward_parts(ctx, request, payload, name, remote):
+        if isinstance(answered, OwnerUnansweredError):
+            raise answered
         if answered.status != 200:
-            raise _ForwardFailedError(answered)
+            raise ForwardRefusedError(answered)
         answers.append(answered.json())
     return local, answers
 
 
-async def _to_owners(
-    ctx: _Context, request: Request, payload: Any, name: str, remote: dict[str, list[int]]
-) -> list[tuple[list[int], Forwarded]]:
-    """Send each owner its items of the batch ``payload[name]`` (as they came, in one request
-    per owner); each owner's indexes and answer. The one place a batch is forwarded: the
-    callers decide what an owner's failure means (an item's 503, or the whole batch's)."""
-    answers = []
-    for url, indexes in remote.items():
-        sub = json.dumps({name: [payload[name][i] for i in indexes]}).encode()
-        answers.append((indexes, await _forward(ctx, request, url, sub)))
-    return answers
-
-
 async def post_signals(request: Request) -> Response:
     """``POST /v1/signals``."""
-    ctx = _context(request)
-    payload = await _body(ctx, request)
-    records = _decode_all(
+    ctx = context_of(request)
+    payload = await read_body(ctx, request)
+    records = decode_batch(
         ctx, payload, "signals", kind="signal", decode=decode_signal, cls=SignalRecord
     )
-    local, forwarded = await _forward_parts(ctx, request, payload, "signals", records)
-    client = _client(request)
-    completed = sum(_signal(ctx, records[i], client) for i in local)
+    local, forwarded = await _forward_others_first(ctx, request, payload, "signals", records)
+    client = client_of(request)
+    completed = sum(ctx.state.signal(records[i], client=client) for i in local)
     await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
     completed += sum(answer.get("completed", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "completed": completed})
@@ -287,12 +309,12 @@ async def post_signals(request: Request) -> Response:
 
 async def post_watermarks(request: Request) -> Response:
     """``POST /v1/watermarks``."""
-    ctx = _context(request)
-    payload = await _body(ctx, request)
-    records = _decode_all(
+    ctx = context_of(request)
+    payload = await read_body(ctx, request)
+    records = decode_batch(
         ctx, payload, "watermarks", kind="watermark", decode=decode_signal, cls=WatermarkRecord
     )
-    local, forwarded = await _forward_parts(ctx, request, payload, "watermarks", records)
+    local, forwarded = await _forward_others_first(ctx, request, payload, "watermarks", records)
     moved = sum(ctx.state.watermark(records[i]) for i in local)
     await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
     moved += sum(answer.get("moved", 0) for answer in forwarded)
@@ -301,7 +323,7 @@ async def post_watermarks(request: Request) -> Response:
 
 async def overview(request: Request) -> Response:
     """``GET /v1/overview``: what the operators' page shows, for this replica."""
-    config = _context(request).config
+    config = context_of(request).config
     if config.overview is None:
         raise HttpError(404, "this server keeps no overview", None)
     return JSONResponse(await config.overview())
@@ -320,7 +342,7 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """``GET /readyz``."""
-    config = _context(request).config
+    config = context_of(request).config
     ready = config.ready()
     body = config.readiness() if config.readiness is not None else {"ready": ready}
     return JSONResponse(body, status_code=200 if ready else 503)
@@ -328,13 +350,13 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """``GET /metrics``."""
-    data, content_type = _context(request).config.metrics()
+    data, content_type = context_of(request).config.metrics()
     return Response(data, media_type=content_type)
 
 
 async def openapi(request: Request) -> Response:
     """``GET /openapi.json``."""
-    return JSONResponse(_context(request).config.openapi)
+    return JSONResponse(context_of(request).config.openapi)
 
 
 _SCOPE = Param("scope", "The operation's scope.")
@@ -352,7 +374,7 @@ ROUTES: tuple[ApiRoute, ...] = (
         answers=(
             Answer(200, "Duplicate, or a timer re-armed.", "Registration"),
             Answer(201, "Registered (pending, or completed at once).", "Registration"),
-            _CONFLICT,
+            OP_ID_CONFLICT,
         ),
     ),
     ApiRoute(
@@ -393,7 +415,7 @@ ROUTES: tuple[ApiRoute, ...] = (
         get_operation,
         "Get an operation and its outcome, if any.",
         params=(_SCOPE, _OP_ID),
-        answers=(_OPERATION, _NOT_FOUND),
+        answers=(_OPERATION, OPERATION_NOT_FOUND),
     ),
     ApiRoute(
         "/v1/operation",
@@ -403,8 +425,8 @@ ROUTES: tuple[ApiRoute, ...] = (
         params=(_SCOPE, _OP_ID),
         answers=(
             Answer(200, "Cancelled.", "Cancelled"),
-            _NOT_FOUND,
-            _error_answer(409, "The operation already finished."),
+            OPERATION_NOT_FOUND,
+            error_answer(409, "The operation already finished."),
         ),
     ),
     ApiRoute(
@@ -422,7 +444,7 @@ ROUTES: tuple[ApiRoute, ...] = (
                 integer=True,
             ),
         ),
-        answers=(_OPERATION, _NOT_FOUND),
+        answers=(_OPERATION, OPERATION_NOT_FOUND),
     ),
     ApiRoute(
         "/v1/signals",
@@ -454,7 +476,7 @@ ROUTES: tuple[ApiRoute, ...] = (
         " replica.",
         answers=(
             Answer(200, "The overview.", "Overview"),
-            _error_answer(404, "This server keeps no overview."),
+            error_answer(404, "This server keeps no overview."),
         ),
     ),
     ApiRoute(

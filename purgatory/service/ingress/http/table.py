@@ -1,9 +1,9 @@
 """The route table's vocabulary (service layer): what a route serves and documents.
 
 Each :class:`ApiRoute` names its path, method and handler, whether it needs a bearer token, and
-what it documents; :data:`purgatory.service.ingress.http.routes.ROUTES` lists them, the server
-serves
-them and the OpenAPI document describes them.
+what it documents; :data:`purgatory.service.ingress.http.routes.ROUTES` lists them, the
+server serves them and the OpenAPI document describes them. The errors every route of a kind
+may answer are documented here once (:attr:`ApiRoute.documented`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-__all__ = ["METHOD_NOT_ALLOWED", "NOT_FOUND_PATH", "Answer", "ApiRoute", "Handler", "Param"]
+__all__ = [
+    "METHOD_NOT_ALLOWED",
+    "NOT_FOUND_PATH",
+    "OPERATION_NOT_FOUND",
+    "OP_ID_CONFLICT",
+    "Answer",
+    "ApiRoute",
+    "Handler",
+    "Param",
+    "error_answer",
+]
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -82,25 +92,28 @@ class ApiRoute:
         return tuple(sorted(answers, key=lambda answer: answer.status))
 
 
-def _error_answer(status: int, description: str, *headers: str) -> Answer:
+def error_answer(status: int, description: str, *headers: str) -> Answer:
+    """A documented error answer: the ``Error`` body, and the ``headers`` it always carries."""
     return Answer(status, description, "Error", headers=headers)
 
 
-_MALFORMED = _error_answer(
+_MALFORMED = error_answer(
     400, "The body is not JSON the codec reads (not UTF-8, a repeated name, nested over 64 deep)."
 )
-_UNAUTHORIZED = _error_answer(
+_UNAUTHORIZED = error_answer(
     401, "No known bearer token (when tokens are set).", "WWW-Authenticate"
 )
-_NOT_FOUND = _error_answer(404, "Unknown operation.")
-_BODY_TIMEOUT = _error_answer(408, "The body did not arrive whole in time.")
-_CONFLICT = _error_answer(409, "op_id reused with another body.")
-_TOO_LARGE = _error_answer(413, "Body over max_request_bytes, or batch over max_batch.")
-_INVALID = _error_answer(
+#: An op_id not known in its scope.
+OPERATION_NOT_FOUND = error_answer(404, "Unknown operation.")
+_BODY_TIMEOUT = error_answer(408, "The body did not arrive whole in time.")
+#: An op_id reused with another body.
+OP_ID_CONFLICT = error_answer(409, "op_id reused with another body.")
+_TOO_LARGE = error_answer(413, "Body over max_request_bytes, or batch over max_batch.")
+_INVALID = error_answer(
     422, "A field or query parameter is out of its domain (or unknown); `field` names it."
 )
-_LIMITED = _error_answer(429, "A limit was reached; retry after Retry-After.", "Retry-After")
-_UNAVAILABLE = _error_answer(
+_LIMITED = error_answer(429, "A limit was reached; retry after Retry-After.", "Retry-After")
+_UNAVAILABLE = error_answer(
     503,
     "The scope's partition is being restored (or is not served by this replica), or the"
     " journal could not make the write durable: the broker did not acknowledge it within"
@@ -113,5 +126,5 @@ _UNAVAILABLE = _error_answer(
     "Purgatory-Applied",
 )
 #: Any path not in the table, and any method a path does not serve.
-NOT_FOUND_PATH = _error_answer(404, "No such path.")
-METHOD_NOT_ALLOWED = _error_answer(405, "The path does not serve this method.", "Allow")
+NOT_FOUND_PATH = error_answer(404, "No such path.")
+METHOD_NOT_ALLOWED = error_answer(405, "The path does not serve this method.", "Allow")
