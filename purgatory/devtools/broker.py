@@ -78,8 +78,8 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
-from purgatory.service.journal.supervisor import with_pdeathsig
 from purgatory.service.kafka.config import no_topic_creation
+from purgatory.service.supervisors.supervisor import with_pdeathsig
 
 __all__ = [
     "MISSING_TANSU",

@@ -22,7 +22,7 @@ import httpx
 
 from purgatory._core import ConfigError
 from purgatory.devtools.broker import free_port
-from purgatory.service.journal.supervisor import with_pdeathsig
+from purgatory.service.supervisors.supervisor import with_pdeathsig
 
 __all__ = ["ServiceChild", "own_names", "service_process"]
 

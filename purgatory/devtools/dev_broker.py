@@ -44,7 +44,7 @@ from pathlib import Path
 from purgatory._core import ConfigError, TransportError
 from purgatory.devtools.broker import Broker, EmbeddedBroker
 from purgatory.devtools.kafka_broker import KafkaBroker
-from purgatory.service.journal.supervisor import LIVES_WITH_PROCESS
+from purgatory.service.supervisors.supervisor import LIVES_WITH_PROCESS
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = [

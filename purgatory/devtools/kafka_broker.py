@@ -76,7 +76,7 @@ from purgatory.devtools.broker import (
     terminate_group,
     wait_until_serving,
 )
-from purgatory.service.journal.supervisor import with_pdeathsig
+from purgatory.service.supervisors.supervisor import with_pdeathsig
 
 __all__ = ["KafkaBroker", "default_libs"]
 

@@ -3,12 +3,11 @@
 ``serve`` reads the settings once, configures logging and runs the service until SIGTERM or
 SIGINT; with the journal and snapshots on, it starts ``purgatory snapshotter`` as its child
 (which dies with it), so snapshots are built in another process than the serving loop. A
-:class:`~purgatory.service.journal.supervisor.Supervisor` reaps that child when it exits and starts
-it again, and a
-:class:`~purgatory.service.journal.snapshot_watch.SnapshotWatch` reads how fresh each partition's
-latest snapshot is;
-both show in the service's metrics. At the stop, the child is stopped after the service.
-(``purgatory dev`` is :mod:`purgatory.devtools.dev`.)
+:class:`~purgatory.service.supervisors.supervisor.Supervisor` reaps that child when it exits
+and starts it again, and a :class:`~purgatory.service.snapshots.snapshot_watch.SnapshotWatch`
+reads how fresh each partition's latest snapshot is; both show in the service's metrics. At
+the stop, the child is stopped after the service. (``purgatory dev`` is
+:mod:`purgatory.devtools.dev`.)
 """
 
 from __future__ import annotations
@@ -25,12 +24,17 @@ import httpx
 import trio
 
 from purgatory.service.app import kafka_transport, run_service
-from purgatory.service.journal.snapshot_watch import SnapshotWatch
-from purgatory.service.journal.snapshotter import Snapshotter
-from purgatory.service.journal.supervisor import Child, Supervisor, start_process, with_pdeathsig
 from purgatory.service.kafka.config import raising_single_errors
 from purgatory.service.ownership.layout import check_counts, read_counts
 from purgatory.service.settings import Delivery, Settings, env_name
+from purgatory.service.snapshots.snapshot_watch import SnapshotWatch
+from purgatory.service.snapshots.snapshotter import Snapshotter
+from purgatory.service.supervisors.supervisor import (
+    Child,
+    Supervisor,
+    start_process,
+    with_pdeathsig,
+)
 from purgatory.service.telemetry.logging import configure_logging
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
@@ -78,7 +82,7 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
 
     The snapshotter is started first and stopped (SIGTERM, then a kill, and reaped) once the
     service has stopped; meanwhile every exit of it is logged, counted and followed by a
-    restart (see :mod:`purgatory.service.journal.supervisor`).
+    restart (see :mod:`purgatory.service.supervisors.supervisor`).
 
     Args:
         settings: the configuration (journal and snapshots on).

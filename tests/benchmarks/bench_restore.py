@@ -94,9 +94,9 @@ from purgatory.service.app import kafka_transport
 from purgatory.service.journal.changelog import Changelog
 from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
-from purgatory.service.journal.snapshots import write_snapshot
 from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.settings import Settings
+from purgatory.service.snapshots.snapshots import write_snapshot
 from tests.benchmarks._measure import (
     gc_paused,
     gc_running_on_new_objects,

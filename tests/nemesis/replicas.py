@@ -22,7 +22,7 @@ from typing import IO
 
 import httpx
 
-from purgatory.service.journal.supervisor import with_pdeathsig
+from purgatory.service.supervisors.supervisor import with_pdeathsig
 from tests.nemesis._clock import Deadline, pause, wall_ms
 from tests.nemesis.history import Exit, HistoryWriter
 from tests.nemesis.lab import ADDRESSES, REPLICAS, Net

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from purgatory.devtools.kafka_broker import default_libs
-from purgatory.service.journal.supervisor import with_pdeathsig
+from purgatory.service.supervisors.supervisor import with_pdeathsig
 from tests.nemesis._clock import elapsed_s
 from tests.nemesis.checker import Verdict
 from tests.nemesis.config import RunConfig

@@ -3,9 +3,8 @@
 When this replica is given an input partition (at start, or by a group rebalance), the source
 holds it unread while :func:`restore_partition` rebuilds its engine:
 
-1. load the partition's latest snapshot (:mod:`purgatory.service.journal.snapshots`) at its own
-clock,
-   exactly as it was, or start from an empty engine when there is none;
+1. load the partition's latest snapshot (:mod:`purgatory.service.snapshots.snapshots`) at its
+   own clock, exactly as it was, or start from an empty engine when there is none;
 2. read the changelog partition of the same number from the snapshot's journal offset (or its
    start) to its real end (the high watermark a fetch reports), replaying every journal batch
    that counts (not a stale writer's void record, see
@@ -40,8 +39,8 @@ from purgatory._core import (
     restore_engine,
 )
 from purgatory.service.journal.format import counts, decode_journal_record, fresh_entries, reach
-from purgatory.service.journal.snapshots import find_latest
 from purgatory.service.kafka.transport import ConsumedRecord, LogReader
+from purgatory.service.snapshots.snapshots import find_latest
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["Progress", "Replayer", "Restored", "restore_partition"]

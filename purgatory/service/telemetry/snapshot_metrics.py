@@ -3,11 +3,11 @@
 
 Computed at scrape time from two sources that ``purgatory serve`` binds when it runs a
 snapshotter (:mod:`purgatory.service.run`): the
-:class:`~purgatory.service.journal.snapshot_watch.SnapshotWatch` (how old each
-partition's latest snapshot is, and how many changelog records follow it) and the
-:class:`~purgatory.service.journal.supervisor.Supervisor` (how often the snapshotter was
-restarted). Unbound (snapshots
-off, or a service run in-process by tests), the families are declared with no samples.
+:class:`~purgatory.service.snapshots.snapshot_watch.SnapshotWatch` (how old each partition's
+latest snapshot is, and how many changelog records follow it) and the
+:class:`~purgatory.service.supervisors.supervisor.Supervisor` (how often the snapshotter was
+restarted). Unbound (snapshots off, or a service run in-process by tests), the families are
+declared with no samples.
 """
 
 from __future__ import annotations

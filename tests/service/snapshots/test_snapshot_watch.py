@@ -11,9 +11,9 @@ import trio.testing
 
 from purgatory._core import TransportError
 from purgatory._core.durability.manifest import encode_manifest, split_snapshot
-from purgatory.service.journal.snapshot_watch import LOOK_BACK_RECORDS, SnapshotWatch
-from purgatory.service.journal.snapshots import CHUNK_KEY, MANIFEST_KEY
 from purgatory.service.kafka.transport import ConsumedRecord
+from purgatory.service.snapshots.snapshot_watch import LOOK_BACK_RECORDS, SnapshotWatch
+from purgatory.service.snapshots.snapshots import CHUNK_KEY, MANIFEST_KEY
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeReader
 

@@ -15,9 +15,14 @@ from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import snapshot_engine
 from purgatory.service.app import Service, topics_of
 from purgatory.service.journal.restore import Progress, restore_partition
-from purgatory.service.journal.snapshots import CHUNK_KEY, MANIFEST_KEY, find_latest, write_snapshot
-from purgatory.service.journal.snapshotter import Snapshotter
 from purgatory.service.settings import Settings
+from purgatory.service.snapshots.snapshots import (
+    CHUNK_KEY,
+    MANIFEST_KEY,
+    find_latest,
+    write_snapshot,
+)
+from purgatory.service.snapshots.snapshotter import Snapshotter
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeReader, FakeTransport
 

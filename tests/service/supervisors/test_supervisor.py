@@ -19,7 +19,7 @@ import structlog
 import trio
 import trio.testing
 
-from purgatory.service.journal.supervisor import (
+from purgatory.service.supervisors.supervisor import (
     Supervisor,
     exit_fields,
     start_process,

@@ -22,9 +22,9 @@ from purgatory._core.durability.manifest import decode_manifest
 from purgatory.client import PurgatoryClient
 from purgatory.devtools.broker import Broker
 from purgatory.devtools.child import service_process
-from purgatory.service.journal.snapshots import MANIFEST_KEY
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.settings import Settings, env_name
+from purgatory.service.snapshots.snapshots import MANIFEST_KEY
 from tests.service.end_to_end.test_e2e import PARTITIONS, _settings
 
 pytestmark = pytest.mark.kafka

@@ -5,7 +5,7 @@ starts one as its child), so building a snapshot never holds up the serving loop
 its partitions it restores the engine exactly as a service would (latest snapshot, then the
 journal after it), then keeps it current by replaying the changelog as it grows. Every
 ``snapshot_interval_ms``, a partition whose journal grew is snapshotted at the journal offset
-reached and written to the snapshots topic (:mod:`purgatory.service.journal.snapshots`).
+reached and written to the snapshots topic (:mod:`purgatory.service.snapshots.snapshots`).
 
 The snapshot is of a replayed engine, never of the live one: it holds exactly the journal's
 prefix up to ``journal_offset``, and a restore from it followed by the journal after it decides
@@ -24,8 +24,8 @@ import trio
 
 from purgatory._core import EngineConfig, TransportError, snapshot_engine
 from purgatory.service.journal.restore import Progress, Replayer, restore_partition
-from purgatory.service.journal.snapshots import write_snapshot
 from purgatory.service.kafka.transport import LogReader, RecordSink
+from purgatory.service.snapshots.snapshots import write_snapshot
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["SnapshotStatistics", "Snapshotter"]

@@ -3,7 +3,7 @@
 The snapshotter runs in another process (or pod) and tells the service nothing; the snapshots
 topic is where its work lands, so that is what this reads. A :class:`SnapshotWatch` looks every
 ``every_s`` at the last record of each partition of the snapshots topic: a manifest (key
-``manifest``, :mod:`purgatory.service.journal.snapshots`) is the latest snapshot, and its record
+``manifest``, :mod:`purgatory.service.snapshots.snapshots`) is the latest snapshot, and its record
 timestamp is when it was
 written (the producer's clock, or the broker's with ``LogAppendTime``). It also reads the
 changelog partition's end offset; the records from the manifest's ``journal_offset`` to that end
@@ -33,8 +33,8 @@ import trio
 
 from purgatory._core import BadRecordError, TransportError
 from purgatory._core.durability.manifest import decode_manifest
-from purgatory.service.journal.snapshots import MANIFEST_KEY
 from purgatory.service.kafka.transport import ConsumedRecord, LogReader
+from purgatory.service.snapshots.snapshots import MANIFEST_KEY
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.stats import SnapshotStatus
 
