@@ -1,13 +1,22 @@
-"""The rules of the Kafka connection options (shared by the service and the Spark bridge;
-standard library only).
+"""The Kafka connection options: their rules, and the kafka-python arguments they become
+(shared by the service and the Spark bridge; standard library only).
 
 The service reads the connection options from ``PURGATORY_KAFKA_*`` variables, the Spark
 bridge from its data source options, and kafka-python takes them as keyword arguments: three
-spellings of one set of rules. :func:`kafka_connection_problems` is those rules, once; each
-caller says how it names an option (``name``), so every problem starts with the name its user
-wrote. The service (:mod:`purgatory.service.kafka.config`) and the bridge
-(``spark_bridge._writer``) both call it; the bridge may not import the service, hence this
-module beside the core.
+spellings of one set of options. This module holds both halves once, so the service
+(:mod:`purgatory.service.kafka.config`), its development tools and the bridge
+(``spark_bridge._writer``, ``spark_bridge._callbacks_source``) cannot drift apart; the bridge
+may not import the service, hence this module beside the core.
+
+* :func:`kafka_connection_problems` is the rules; each caller says how it names an option
+  (``name``), so every problem starts with the name its user wrote.
+* :func:`kafka_client_kwargs` is the one place the options become kafka-python's keyword
+  arguments (:data:`CLIENT_ARGUMENTS`). Every consumer, producer, admin client and
+  transactional producer passes its result with ``**`` beside its own settings (timeouts,
+  acks, isolation): a client that named a connection argument itself would then fail with
+  "got multiple values for keyword argument", so none can connect differently.
+  ``tests/test_kafka_clients.py`` checks every constructor call under ``purgatory/`` and
+  ``spark_bridge/`` passes it.
 
 The rules:
 
@@ -24,12 +33,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
+    "CLIENT_ARGUMENTS",
     "HOST_PORTS",
     "OPTIONS",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
+    "kafka_client_kwargs",
     "kafka_connection_problems",
     "service_variable",
 ]
@@ -45,6 +57,21 @@ OPTIONS = (
     "ssl_certfile",
     "ssl_keyfile",
 )
+#: Each connection option a client may be given, and the kafka-python argument it sets (the
+#: :data:`OPTIONS`, the client id, and the password of an encrypted SSL key).
+CLIENT_ARGUMENTS = {
+    "bootstrap_servers": "bootstrap_servers",
+    "client_id": "client_id",
+    "security_protocol": "security_protocol",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl_username": "sasl_plain_username",
+    "sasl_password": "sasl_plain_password",
+    "ssl_cafile": "ssl_cafile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl_keyfile": "ssl_keyfile",
+    "ssl_password": "ssl_password",
+}
+_SASL_CREDENTIALS = ("sasl_username", "sasl_password")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -58,6 +85,43 @@ HOST_PORTS = re.compile(rf"[^\s,]+:{_PORT}(,[^\s,]+:{_PORT})*")
 def service_variable(option: str) -> str:
     """``PURGATORY_KAFKA_<OPTION>``: the service's environment variable of an option."""
     return "PURGATORY_KAFKA_" + option.upper()
+
+
+def kafka_client_kwargs(values: Mapping[str, object]) -> dict[str, Any]:
+    """kafka-python's keyword arguments for a set of connection options: the one place they
+    are built, for every client of the service, its development tools and the bridge.
+
+    Pass the result with ``**`` to the client's constructor, beside the client's own settings.
+    Check the options first (:func:`kafka_connection_problems`): this only translates them.
+
+    Args:
+        values: option -> value, each option one of :data:`CLIENT_ARGUMENTS`; a missing option,
+            None or an empty string is unset, and left to kafka-python's default. Values are
+            passed as ``str`` (a ``StrEnum`` member as its value).
+
+    Returns:
+        The arguments of the options set: ``bootstrap_servers`` as a list (blanks around the
+        commas dropped), the SASL credentials only with a ``sasl_mechanism`` (without one
+        they mean nothing).
+
+    Raises:
+        ValueError: an option that is not a connection option (a typo would otherwise be
+            dropped without a word).
+    """
+    unknown = sorted(set(values) - set(CLIENT_ARGUMENTS))
+    if unknown:
+        raise ValueError(f"not Kafka connection options: {', '.join(unknown)}")
+    text = {option: _text(value) for option, value in values.items()}
+    kwargs: dict[str, Any] = {}
+    for option, argument in CLIENT_ARGUMENTS.items():
+        value = text.get(option)
+        if value is None or (option in _SASL_CREDENTIALS and text.get("sasl_mechanism") is None):
+            continue
+        kwargs[argument] = value
+    if "bootstrap_servers" in kwargs:
+        servers = kwargs["bootstrap_servers"].split(",")
+        kwargs["bootstrap_servers"] = [s.strip() for s in servers if s.strip()]
+    return kwargs
 
 
 def kafka_connection_problems(

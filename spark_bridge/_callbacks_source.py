@@ -103,6 +103,7 @@ from pyspark.sql.types import (
 
 from purgatory._codec import RecordError, decode_callback
 from purgatory._core import BadRecordError, ConfigError, TransportError
+from purgatory._kafka_options import kafka_client_kwargs
 from spark_bridge._writer import CLIENT_OPTIONS, client_options, int_option
 
 if TYPE_CHECKING:
@@ -175,8 +176,15 @@ class _Settings:
     probe_timeout_ms: int
     read_timeout_ms: int
     max_records_per_trigger: int | None
-    client: tuple[tuple[str, str | bool], ...]
+    client: tuple[tuple[str, str], ...]  # the CLIENT_OPTIONS set (client_options)
     read_committed: bool = False
+    ssl_check_hostname: bool = True
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """kafka-python's connection arguments (the service's builder, from the options)."""
+        return kafka_client_kwargs(
+            {"bootstrap_servers": self.bootstrap_servers, **dict(self.client)}
+        )
 
 
 def _starting_offsets(text: str) -> str | dict[int, int]:
@@ -233,12 +241,10 @@ def _settings(options: Mapping[str, str]) -> _Settings:
             f"{_NAME}: option isolation_level must be read_uncommitted or read_committed,"
             f" got {isolation!r}"
         )
-    client: list[tuple[str, str | bool]] = list(client_options(options))
-    if "ssl_check_hostname" in options:
-        check = options["ssl_check_hostname"].strip().lower()
-        if check not in ("true", "false"):
-            raise ConfigError(f"{_NAME}: option ssl_check_hostname must be true or false")
-        client.append(("ssl_check_hostname", check == "true"))
+    client = client_options(options)
+    check = options.get("ssl_check_hostname", "true").strip().lower()
+    if check not in ("true", "false"):
+        raise ConfigError(f"{_NAME}: option ssl_check_hostname must be true or false")
     return _Settings(
         bootstrap_servers=servers,
         topic=topic,
@@ -255,8 +261,9 @@ def _settings(options: Mapping[str, str]) -> _Settings:
             if "max_records_per_trigger" in options
             else None
         ),
-        client=tuple(client),
+        client=client,
         read_committed=isolation == "read_committed",
+        ssl_check_hostname=check == "true",
     )
 
 
@@ -273,14 +280,14 @@ def _consumer(settings: _Settings) -> Any:
 
     try:
         return KafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers.split(","),
+            **settings.kafka_kwargs(),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             bootstrap_timeout_ms=settings.connect_timeout_ms,
             fetch_max_wait_ms=_FETCH_WAIT_MS,
             isolation_level="read_committed" if settings.read_committed else "read_uncommitted",
-            **dict(settings.client),
+            ssl_check_hostname=settings.ssl_check_hostname,
         )
     except KafkaError as e:
         raise TransportError(

@@ -6,8 +6,11 @@ batch. This module holds that common part, so that each sink only says how a row
 record:
 
 * :func:`kafka_target` reads the connection options (``bootstrap_servers``, ``topic``,
-  timeouts, SASL/SSL) and :func:`probe` checks on the driver that the broker answers and the
-  topic exists, so a wrong address fails the job before any task runs, naming the option;
+  timeouts, SASL/SSL; :func:`client_options` checks them by the service's rules) and
+  :func:`probe` checks on the driver that the broker answers and the topic exists, so a wrong
+  address fails the job before any task runs, naming the option. kafka-python's connection
+  arguments are built from them where a client is made, on the executors, by the builder the
+  service uses (:func:`purgatory._kafka_options.kafka_client_kwargs`);
 * :func:`send_all` publishes one task's records with one producer, flushes, and raises
   :class:`TransportError` if any record was not acknowledged, so Spark retries the task (or
   fails the micro-batch) instead of dropping records;
@@ -44,8 +47,12 @@ from pyspark.sql.types import Row
 
 from purgatory._codec import RecordError, WatermarkRecord, encode_signal, message_key
 from purgatory._core import ConfigError, TransportError
+from purgatory._kafka_options import (
+    CLIENT_ARGUMENTS,
+    kafka_client_kwargs,
+    kafka_connection_problems,
+)
 from purgatory._kafka_options import OPTIONS as KAFKA_OPTIONS
-from purgatory._kafka_options import kafka_connection_problems
 from spark_bridge._staging import DEFAULT_MEMORY_BYTES, StagedRecords, Staging
 
 __all__ = [
@@ -74,18 +81,9 @@ __all__ = [
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_MS = dt.timedelta(milliseconds=1)
-#: The Kafka client options of every bridge format, and the kafka-python argument each sets.
-CLIENT_OPTIONS = {
-    "client_id": "client_id",
-    "security_protocol": "security_protocol",
-    "sasl_mechanism": "sasl_mechanism",
-    "sasl_username": "sasl_plain_username",
-    "sasl_password": "sasl_plain_password",
-    "ssl_cafile": "ssl_cafile",
-    "ssl_certfile": "ssl_certfile",
-    "ssl_keyfile": "ssl_keyfile",
-    "ssl_password": "ssl_password",
-}
+#: The Kafka client options of every bridge format beside ``bootstrap_servers``; each sets the
+#: kafka-python argument :data:`purgatory._kafka_options.CLIENT_ARGUMENTS` names.
+CLIENT_OPTIONS = tuple(option for option in CLIENT_ARGUMENTS if option != "bootstrap_servers")
 #: A sink's row encoder: row -> (scope, event time or None, message key, value); it raises
 #: RowError naming the column. It is pickled to the executors with the writer.
 Encode = Callable[[Row], tuple[str, int | None, bytes, bytes]]
@@ -105,27 +103,36 @@ class RowError(RecordError):
 
 @dataclass(frozen=True, slots=True)
 class KafkaTarget:
-    """Where a sink publishes, and how long it may take."""
+    """Where a sink publishes, and how long it may take.
+
+    Attributes:
+        client: the :data:`CLIENT_OPTIONS` set, checked (:func:`client_options`).
+    """
 
     bootstrap_servers: str
     topic: str
     connect_timeout_ms: int
     delivery_timeout_ms: int
-    security: tuple[tuple[str, str], ...] = ()
+    client: tuple[tuple[str, str], ...] = ()
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """kafka-python's connection arguments (the service's builder, from the options)."""
+        return kafka_client_kwargs(
+            {"bootstrap_servers": self.bootstrap_servers, **dict(self.client)}
+        )
 
     def producer(self) -> Any:
         """A kafka-python producer (imported here: this runs on the executors too)."""
         from kafka import KafkaProducer  # noqa: PLC0415
 
         return KafkaProducer(
-            bootstrap_servers=self.bootstrap_servers.split(","),
+            **self.kafka_kwargs(),
             acks="all",
             linger_ms=5,
             bootstrap_timeout_ms=self.connect_timeout_ms,
             max_block_ms=self.connect_timeout_ms,
             request_timeout_ms=min(30_000, self.delivery_timeout_ms),
             delivery_timeout_ms=self.delivery_timeout_ms,
-            **dict(self.security),
         )
 
 
@@ -159,16 +166,17 @@ def kafka_target(options: Mapping[str, str], default_topic: str) -> KafkaTarget:
         topic=(options.get("topic") or default_topic).strip(),
         connect_timeout_ms=int_option(options, "connect_timeout_ms", 10_000, 1),
         delivery_timeout_ms=int_option(options, "delivery_timeout_ms", 120_000, 1),
-        security=client_options(options),
+        client=client_options(options),
     )
 
 
 def client_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The kafka-python arguments set by the :data:`CLIENT_OPTIONS` among ``options``.
+    """The :data:`CLIENT_OPTIONS` set among ``options``, checked.
 
-    The connection options are checked first, by the rules the service applies to its own
+    They are checked with ``bootstrap_servers`` by the rules the service applies to its own
     (:func:`purgatory._kafka_options.kafka_connection_problems`; SSL files must be readable
-    here, on the driver).
+    here, on the driver), and become kafka-python's arguments where a client is made
+    (:func:`purgatory._kafka_options.kafka_client_kwargs`).
 
     Raises:
         ConfigError: one line per problem, each naming the option.
@@ -178,7 +186,7 @@ def client_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     )
     if problems:
         raise ConfigError("\n".join(problems))
-    return tuple((arg, v) for name, arg in CLIENT_OPTIONS.items() if (v := options.get(name)))
+    return tuple((name, value) for name in CLIENT_OPTIONS if (value := options.get(name)))
 
 
 def probe(target: KafkaTarget) -> None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 PAGE = Path(__file__).parent.parent / "docs" / "kafka.md"
 SETTINGS = Settings()
 KEYED = ("topic_requests", "topic_signals", "topic_changelog", "topic_snapshots")
-# What the service's producer allows beyond a record (purgatory.service.app.kafka_transport).
+# What the service's producer allows beyond a record (KafkaTransport.from_settings).
 REQUEST_ROOM = 4096
 
 

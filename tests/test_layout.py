@@ -1,9 +1,10 @@
-"""The code's shape stays readable: small packages, short functions.
+"""The code's shape stays readable: small packages, short functions, classes of one concept.
 
 Every package directory under ``purgatory/`` holds at most 12 modules (``__init__`` aside), and
 no function of the shipped code runs over 60 lines of code, its docstring aside, except the
 declarative tables named here (OpenAPI schemas, metric declarations, the CLI's parser), which
-are long because they list things, not because they do many.
+are long because they list things, not because they do many. No class runs over 400 lines,
+its docstring and decorators included.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MODULES = 12
 MAX_LINES = 60
+MAX_CLASS_LINES = 400
+# Over the bound when the rule was written, and being split: drop each once it is.
+LONG_CLASSES = {
+    ("purgatory/_core/engine/engine.py", "Engine"),
+    ("purgatory/service/app.py", "Service"),
+    ("purgatory/service/dispatch/partitions.py", "ServiceState"),
+    ("purgatory/service/egress/outbox.py", "Outbox"),
+    ("purgatory/service/journal/changelog.py", "Changelog"),
+}
 TABLES = {
     ("purgatory/service/ingress/http/openapi.py", "_schemas"),
     ("purgatory/service/ingress/http/openapi.py", "_overview_schema"),
@@ -69,3 +79,26 @@ def test_no_function_runs_over_sixty_lines_but_the_declarative_tables() -> None:
     assert not long, long
     for table in TABLES:  # each exemption still names a long table
         assert any((n, f) == table and lines > MAX_LINES for n, f, lines in functions), table
+
+
+def _classes() -> list[tuple[str, str, int]]:
+    found = []
+    for root in ("purgatory", "reaper", "spark_bridge"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            name = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                    found.append((name, node.name, (node.end_lineno or node.lineno) - first + 1))
+    return found
+
+
+def test_no_class_runs_over_four_hundred_lines() -> None:
+    classes = _classes()
+    assert len(classes) > 200  # the walk found the code
+    long = sorted(
+        (lines, name, cls)
+        for name, cls, lines in classes
+        if lines > MAX_CLASS_LINES and (name, cls) not in LONG_CLASSES
+    )
+    assert not long, long

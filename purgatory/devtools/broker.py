@@ -78,7 +78,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from purgatory._core import TransportError, UsageError
-from purgatory.service.kafka.config import no_topic_creation
+from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
 from purgatory.service.supervisors.supervisor import with_pdeathsig
 
 __all__ = [
@@ -190,7 +190,7 @@ def create_missing_topics(bootstrap_servers: str, names: Mapping[str, int]) -> N
             raise UsageError(f"need a topic name and partitions >= 1, got {name!r}: {partitions}")
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap_servers, **no_topic_creation(admin=True)
+            **_connection(bootstrap_servers).kafka_kwargs(), **no_topic_creation(admin=True)
         )
         try:
             existing = set(admin.list_topics())
@@ -210,6 +210,11 @@ def create_missing_topics(bootstrap_servers: str, names: Mapping[str, int]) -> N
     }
     if errors:
         raise TransportError(f"the broker refused to create topics: {errors}")
+
+
+def _connection(bootstrap_servers: str) -> KafkaClientConfig:
+    """How the tooling's admin clients reach a development broker (plain text, on loopback)."""
+    return KafkaClientConfig(bootstrap_servers=bootstrap_servers, client_id="purgatory-devtools")
 
 
 def wait_until_serving(
@@ -234,7 +239,7 @@ def wait_until_serving(
             )
         try:
             admin = KafkaAdminClient(
-                bootstrap_servers=bootstrap_servers,
+                **_connection(bootstrap_servers).kafka_kwargs(),
                 bootstrap_timeout_ms=_PROBE_TIMEOUT_MS,
                 request_timeout_ms=_PROBE_TIMEOUT_MS,
                 **no_topic_creation(admin=True),

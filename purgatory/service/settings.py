@@ -1,35 +1,55 @@
 """The service's settings (service layer concept: configuration; the one reader of the environment).
 
 Configuration flows one way: Helm values -> ``PURGATORY_*`` environment variables -> one frozen
-:class:`Settings` -> constructor arguments. Every field ``name`` is read from
-``PURGATORY_<NAME>`` (upper case); a secret field may instead be read from the file named by
-``PURGATORY_<NAME>_FILE`` (a mounted Kubernetes Secret). Values are parsed by type:
+:class:`Settings` -> constructor arguments. This module lists the fields (each one's variable,
+kind, default and help) and the rules between fields; how a field is read from its variable, a
+secret from its file, and every problem gathered into one :class:`ConfigError` is
+:mod:`purgatory.service.settings_env`.
 
-* integers: decimal digits, within the range the field documents;
-* booleans: ``true``/``false``/``1``/``0``/``yes``/``no`` (any case);
-* choices: one of the listed strings (log levels in any case);
-* lists: comma-separated, no empty item;
-* optional fields: an unset or empty variable means "not set" (``None``).
+From settings to a component's configuration there is one way, by layer:
 
-Every problem is reported at once in one :class:`ConfigError`, one line per problem, each line
-starting with the variable's name and saying the expected form. A ``PURGATORY_*`` variable that
-names no setting is an error (a typo must not pass silently); the variables Kubernetes injects for
-a Service named ``purgatory...`` (``PURGATORY_SERVICE_HOST``, ``PURGATORY_PORT=tcp://...``) are
-recognised by name and value and ignored.
+* A service component's configuration is built by a classmethod ``from_settings(settings)``
+  of its configuration class, beside it: the module that uses a setting is the one that says
+  which setting it reads. :class:`~purgatory.service.kafka.config.KafkaClientConfig`,
+  :class:`~purgatory.service.kafka.clients.KafkaTransport`,
+  :class:`~purgatory.service.dispatch.reply_to.ReplyToPolicy` and
+  :class:`~purgatory.service.dispatch.follow.FollowerConfig` do. Every service stage sits above
+  this module in the import layers, so each may import :class:`Settings`.
+* The core's and the codec's configurations (:class:`~purgatory._core.EngineConfig`,
+  :class:`~purgatory._codec.Limits`) may not import the service, so they are built here, by
+  :meth:`Settings.to_engine_config` and :meth:`Settings.to_limits`; a value the core refuses
+  becomes a :class:`ConfigError`.
+
+The composition root (:mod:`purgatory.service.app`) is to call these, not build a
+configuration from the fields itself.
 """
 
 from __future__ import annotations
 
-import difflib
 import enum
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from dataclasses import dataclass, fields
+from typing import Any
 
+from purgatory._codec import Limits
 from purgatory._core import MAX_TIME_MS, ConfigError, EngineConfig, TtlConfig, UsageError
 from purgatory._kafka_options import HOST_PORTS, OPTIONS, kafka_connection_problems
+from purgatory.service.settings_env import (
+    Bool,
+    Choice,
+    Int,
+    ListOf,
+    Text,
+    coerce_fields,
+    env_name,
+    int_setting,
+    read_environ,
+    redacted_repr,
+    setting,
+)
+from purgatory.service.settings_env import describe as _describe
 
 __all__ = [
     "Delivery",
@@ -41,10 +61,16 @@ __all__ = [
     "env_name",
 ]
 
-_PREFIX = "PURGATORY_"
-_FILE_SUFFIX = "_FILE"
 _DAY_MS = 86_400_000
 _MAX_BYTES = 1 << 30
+# The field table's vocabulary, kept short: the kinds and field declarations of settings_env.
+_Bool = Bool
+_Choice = Choice
+_Int = Int
+_List = ListOf
+_Text = Text
+_setting = setting
+_int = int_setting
 
 
 class SecurityProtocol(enum.StrEnum):
@@ -91,151 +117,6 @@ class LogFormat(enum.StrEnum):
     CONSOLE = "console"
 
 
-class _Kind(Protocol):
-    """How one field's value is parsed from text, checked, and written back as text."""
-
-    @property
-    def expected(self) -> str: ...
-
-    def parse(self, text: str) -> object: ...
-
-    def coerce(self, value: object) -> object: ...  # raises ValueError or TypeError
-
-    def format(self, value: Any) -> str: ...
-
-
-_DIGITS = re.compile(r"-?[0-9]+")
-
-
-@dataclass(frozen=True, slots=True)
-class _Int:
-    minimum: int
-    maximum: int
-
-    @property
-    def expected(self) -> str:
-        return f"must be an integer between {self.minimum} and {self.maximum}"
-
-    def parse(self, text: str) -> object:
-        if not _DIGITS.fullmatch(text.strip()):
-            raise ValueError(text)
-        return self.coerce(int(text))
-
-    def coerce(self, value: object) -> object:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(value)
-        if not self.minimum <= value <= self.maximum:
-            raise ValueError(value)
-        return value
-
-    def format(self, value: Any) -> str:
-        return str(value)
-
-
-_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-@dataclass(frozen=True, slots=True)
-class _Bool:
-    expected: str = "must be one of true, false, 1, 0, yes, no"
-
-    def parse(self, text: str) -> object:
-        return _BOOLS[text.strip().lower()]  # KeyError is a LookupError, caught as a bad value
-
-    def coerce(self, value: object) -> object:
-        if not isinstance(value, bool):
-            raise TypeError(value)
-        return value
-
-    def format(self, value: Any) -> str:
-        return "true" if value else "false"
-
-
-@dataclass(frozen=True, slots=True)
-class _Text:
-    """A string matching ``pattern``; ``describe`` says what that means to a person.
-
-    ``strip`` removes surrounding white space from the text, ``squeeze`` the white space around
-    commas as well (from values and overrides alike).
-    """
-
-    pattern: re.Pattern[str]
-    describe: str
-    strip: bool = True
-    squeeze: bool = False
-
-    @property
-    def expected(self) -> str:
-        return f"must be {self.describe}"
-
-    def parse(self, text: str) -> object:
-        return self.coerce(text.strip() if self.strip else text)
-
-    def coerce(self, value: object) -> object:
-        if not isinstance(value, str):
-            raise TypeError(value)
-        if self.squeeze:
-            value = re.sub(r"\s*,\s*", ",", value.strip())
-        if not self.pattern.fullmatch(value):
-            raise ValueError(value)
-        return value
-
-    def format(self, value: Any) -> str:
-        return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class _Choice:
-    kind: type[enum.StrEnum]
-    any_case: bool = False
-
-    @property
-    def expected(self) -> str:
-        return f"must be one of {', '.join(self.kind)}"
-
-    def parse(self, text: str) -> object:
-        return self.coerce(text.strip())
-
-    def coerce(self, value: object) -> object:
-        if not isinstance(value, str):
-            raise TypeError(value)
-        for member in self.kind:
-            if value == member.value or (self.any_case and value.lower() == member.value):
-                return member
-        raise ValueError(value)
-
-    def format(self, value: Any) -> str:
-        return str(value.value)
-
-
-@dataclass(frozen=True, slots=True)
-class _List:
-    """A comma-separated list of ``item`` values, no empty item, no duplicate."""
-
-    item: _Kind
-    describe: str
-
-    @property
-    def expected(self) -> str:
-        return f"must be a comma-separated list of distinct {self.describe}"
-
-    def parse(self, text: str) -> object:
-        return self.coerce([self.item.parse(part) for part in text.split(",")])
-
-    def coerce(self, value: object) -> object:
-        if isinstance(value, str):
-            return self.parse(value)
-        if not isinstance(value, list | tuple):
-            raise TypeError(value)
-        items = tuple(self.item.coerce(item) for item in value)
-        if not items or len(set(items)) != len(items):
-            raise ValueError(value)
-        return items
-
-    def format(self, value: Any) -> str:
-        return ",".join(self.item.format(item) for item in value)
-
-
 _TOKEN = re.compile(r"[^\s,]+")  # one word: no whitespace, no comma
 _TOPIC = re.compile(r"(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}")
 _TOPIC_PREFIX = re.compile(r"[a-zA-Z0-9._-]{0,249}")
@@ -248,33 +129,6 @@ _BASE_URL = re.compile(r"https?://[^\s,/?#]+(/[^\s,?#]*)?")
 _WORD = _Text(_TOKEN, "a non-empty word without spaces or commas")
 _PATH = _Text(_TOKEN, "a file path without spaces or commas")
 _TOPIC_NAME = _Text(_TOPIC, "a Kafka topic name: 1 to 249 characters from a-z A-Z 0-9 . _ -")
-
-
-@dataclass(frozen=True, slots=True)
-class _Spec:
-    kind: _Kind
-    help: str
-    optional: bool = False
-    secret: bool = False
-
-
-def _loopback(host: str) -> bool:
-    """Whether ``host`` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _setting(default: object, kind: _Kind, help: str, *, secret: bool = False) -> Any:
-    spec = _Spec(kind, help, optional=default is None, secret=secret)
-    return field(default=default, metadata={"spec": spec})
-
-
-def _int(default: int, minimum: int, maximum: int, help: str) -> Any:
-    return _setting(default, _Int(minimum, maximum), help)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, repr=False)
@@ -574,149 +428,21 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        for f in fields(self):
-            spec: _Spec = f.metadata["spec"]
-            value = getattr(self, f.name)
-            if value is None and spec.optional:
-                continue
-            try:
-                object.__setattr__(self, f.name, spec.kind.coerce(value))
-            except (ValueError, TypeError):
-                problems.append(_problem(f.name, spec, value))
+        problems = coerce_fields(self)
         if not problems:
-            problems = self._cross_checks()
+            problems = _cross_field_problems(self)
         if problems:
             raise ConfigError("\n".join(problems))
 
-    def _cross_checks(self) -> list[str]:
-        env = env_name
-        # One validator for the connection settings, shared with KafkaClientConfig and the
-        # Spark bridge; it names the PURGATORY_KAFKA_* variables and reads the SSL files.
-        problems = kafka_connection_problems(
-            {option: getattr(self, "kafka_" + option) for option in OPTIONS}
-        )
-        problems.extend(self._reply_to_checks())
-        topics: dict[str, str] = {}
-        for name in _TOPIC_FIELDS:
-            topic = getattr(self, name)
-            if topic in topics:
-                problems.append(
-                    f"{env(name)}: must differ from {env(topics[topic])}, both are {topic!r}"
-                )
-            topics.setdefault(topic, name)
-        if (self.peer_urls is None) != (self.replica_ordinal is None):
-            problems.append(
-                f"{env('replica_ordinal')}: set it together with {env('peer_urls')}"
-                " (both, or neither)"
-            )
-        elif (
-            self.peer_urls is not None
-            and self.replica_ordinal is not None
-            and self.replica_ordinal >= len(self.peer_urls)
-        ):
-            problems.append(
-                f"{env('replica_ordinal')}: must index {env('peer_urls')}"
-                f" ({len(self.peer_urls)} URLs), got {self.replica_ordinal}"
-            )
-        problems.extend(self._auth_checks())
-        if self.delivery is Delivery.TRANSACTIONAL and not self.journal:
-            problems.append(
-                f"{env('delivery')}: transactional delivery writes the journal in its"
-                f" transactions; it needs {env('journal')}=true"
-            )
-        if self.max_pending_per_scope > self.max_pending:
-            problems.append(
-                f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"
-                f" ({self.max_pending}), got {self.max_pending_per_scope}"
-            )
-        if self.max_payload_bytes >= self.max_record_bytes:
-            problems.append(
-                f"{env('max_payload_bytes')}: must be less than {env('max_record_bytes')}"
-                f" ({self.max_record_bytes}), got {self.max_payload_bytes}"
-            )
-        if self.max_signal_bytes_per_operation >= self.max_record_bytes:
-            problems.append(
-                f"{env('max_signal_bytes_per_operation')}: must be less than"
-                f" {env('max_record_bytes')} ({self.max_record_bytes}),"
-                f" got {self.max_signal_bytes_per_operation}"
-            )
-        return problems
-
     def client_tokens(self) -> dict[str, str]:
         """``{client name: token}`` from ``api_tokens`` and ``api_token`` (named ``default``)."""
-        tokens = dict(self._named_tokens())
+        tokens = dict(_named_tokens(self.api_tokens))
         if self.api_token is not None:
             tokens.setdefault("default", self.api_token)
         return tokens
 
-    def _reply_to_checks(self) -> list[str]:
-        """What the reply_to allow-list names but the service refuses whatever it says: Kafka's
-        internal topics (a leading '_') and the service's own topics (the callbacks topic is
-        always allowed, so naming it is harmless)."""
-        env = env_name
-        problems = []
-        if self.reply_to_prefix.startswith("_"):
-            problems.append(
-                f"{env('reply_to_prefix')}: must not start with '_' (Kafka's internal topics"
-                f" are never a reply_to), got {self.reply_to_prefix!r}"
-            )
-        own = {getattr(self, name): name for name in _TOPIC_FIELDS if name != "topic_callbacks"}
-        for topic in self.reply_to_topics or ():
-            if topic.startswith("_"):
-                problems.append(
-                    f"{env('reply_to_topics')}: must not name {topic!r}: names starting with '_'"
-                    " (Kafka's internal topics) are never a reply_to"
-                )
-            elif topic in own:
-                problems.append(
-                    f"{env('reply_to_topics')}: must not name {topic!r}, the service's own"
-                    f" {env(own[topic])}"
-                )
-        return problems
-
-    def _named_tokens(self) -> list[tuple[str, str]]:
-        """``api_tokens`` as (name, token) pairs, in the order written."""
-        if self.api_tokens is None:
-            return []
-        return [
-            (name, token)
-            for name, _, token in (item.partition("=") for item in self.api_tokens.split(","))
-        ]
-
-    def _auth_checks(self) -> list[str]:
-        env = env_name
-        problems = []
-        if self.api_tokens is not None:
-            pairs = self._named_tokens()
-            names = [name for name, _ in pairs]
-            repeated = sorted({n for n in names if names.count(n) > 1})
-            if repeated:
-                problems.append(f"{env('api_tokens')}: names a client twice: {repeated}")
-            if self.api_token is not None and "default" in names:
-                problems.append(
-                    f"{env('api_token')}: is the client 'default', which {env('api_tokens')}"
-                    " names as well"
-                )
-            tokens = [token for _, token in pairs]
-            if len(set(tokens)) < len(tokens) or self.api_token in tokens:
-                problems.append(f"{env('api_tokens')}: two clients share a token")
-        open_api = self.api_tokens is None and self.api_token is None
-        if open_api and not self.allow_unauthenticated and not _loopback(self.http_host):
-            problems.append(
-                f"{env('api_token')}: required to listen on {self.http_host} (beyond loopback):"
-                f" set it or {env('api_tokens')}, or set {env('allow_unauthenticated')}=true to"
-                " serve an open API on purpose"
-            )
-        return problems
-
     def __repr__(self) -> str:
-        shown: list[str] = []
-        for f in fields(self):
-            value = getattr(self, f.name)
-            secret = f.metadata["spec"].secret and value is not None
-            shown.append(f"{f.name}={'<redacted>' if secret else repr(value)}")
-        return f"Settings({', '.join(shown)})"
+        return redacted_repr(self)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> Settings:
@@ -734,37 +460,7 @@ class Settings:
             ConfigError: listing, one per line, every variable with an invalid value, every
                 unknown ``PURGATORY_*`` variable and every unknown override.
         """
-        known = set(cls.env_names())
-        suffixes = [name[len(_PREFIX) :] for name in known]
-        problems = [
-            f"unknown setting override {name!r}" for name in overrides if name not in _FIELDS
-        ]
-        for name in sorted(environ):
-            if name.startswith(_PREFIX) and name not in known:
-                if _is_service_link(name, environ[name]):
-                    continue
-                close = difflib.get_close_matches(name[len(_PREFIX) :], suffixes, n=1)
-                hint = f" (did you mean {_PREFIX}{close[0]}?)" if close else ""
-                problems.append(f"{name}: unknown setting{hint}")
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in overrides:
-                continue
-            spec: _Spec = f.metadata["spec"]
-            found = _read(f.name, spec, environ, problems)
-            if found is None:
-                continue
-            text, source = found
-            if spec.optional and not text.strip():
-                values[f.name] = None
-                continue
-            try:
-                values[f.name] = spec.kind.parse(text)
-            except (ValueError, TypeError, LookupError):
-                problems.append(_problem(f.name, spec, text, source=source))
-        if problems:
-            raise ConfigError("\n".join(problems))
-        return cls(**values, **overrides)
+        return cls(**read_environ(cls, environ, overrides), **overrides)
 
     @classmethod
     def env_names(cls) -> list[str]:
@@ -774,15 +470,7 @@ class Settings:
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
         """``(variable, default as text ('' when unset), help)`` for every variable read."""
-        rows: list[tuple[str, str, str]] = []
-        for f in fields(cls):
-            spec: _Spec = f.metadata["spec"]
-            default = "" if f.default is None else spec.kind.format(f.default)
-            name = env_name(f.name)
-            rows.append((name, default, spec.help))
-            if spec.secret:
-                rows.append((name + _FILE_SUFFIX, "", f"File holding {name} (instead of it)."))
-        return rows
+        return _describe(cls)
 
     def to_engine_config(self) -> EngineConfig:
         """The core engine's configuration from these settings.
@@ -809,65 +497,155 @@ class Settings:
         except UsageError as exc:
             raise ConfigError(f"engine settings: {exc}") from exc
 
+    def to_limits(self) -> Limits:
+        """The codec's record limits from these settings.
 
-_FIELDS = frozenset(f.name for f in fields(Settings))
+        Raises:
+            ConfigError: if the codec rejects a value (``PURGATORY_MAX_PAYLOAD_BYTES=0``,
+                which the settings accept and the codec's ``Limits`` does not).
+        """
+        try:
+            return Limits(
+                max_keys_per_operation=self.max_keys_per_operation,
+                max_key_bytes=self.max_key_bytes,
+                max_scope_bytes=self.max_scope_bytes,
+                max_op_id_bytes=self.max_op_id_bytes,
+                max_payload_bytes=self.max_payload_bytes,
+                max_record_bytes=self.max_record_bytes,
+            )
+        except UsageError as exc:
+            raise ConfigError(f"record limit settings: {exc}") from exc
+
+
 _TOPIC_FIELDS = tuple(
     f.name for f in fields(Settings) if f.name.startswith("topic_") and f.name != "topic_partitions"
 )
 
 
-def env_name(field_name: str) -> str:
-    """``PURGATORY_<FIELD_NAME>``: the environment variable of a :class:`Settings` field."""
-    return _PREFIX + field_name.upper()
+def _cross_field_problems(settings: Settings) -> list[str]:
+    """What the fields, each valid alone, break together: one line per rule broken."""
+    env = env_name
+    # One validator for the connection settings, shared with KafkaClientConfig and the
+    # Spark bridge; it names the PURGATORY_KAFKA_* variables and reads the SSL files.
+    problems = kafka_connection_problems(
+        {option: getattr(settings, "kafka_" + option) for option in OPTIONS}
+    )
+    problems.extend(_reply_to_problems(settings))
+    topics: dict[str, str] = {}
+    for name in _TOPIC_FIELDS:
+        topic = getattr(settings, name)
+        if topic in topics:
+            problems.append(
+                f"{env(name)}: must differ from {env(topics[topic])}, both are {topic!r}"
+            )
+        topics.setdefault(topic, name)
+    if (settings.peer_urls is None) != (settings.replica_ordinal is None):
+        problems.append(
+            f"{env('replica_ordinal')}: set it together with {env('peer_urls')} (both, or neither)"
+        )
+    elif (
+        settings.peer_urls is not None
+        and settings.replica_ordinal is not None
+        and settings.replica_ordinal >= len(settings.peer_urls)
+    ):
+        problems.append(
+            f"{env('replica_ordinal')}: must index {env('peer_urls')}"
+            f" ({len(settings.peer_urls)} URLs), got {settings.replica_ordinal}"
+        )
+    problems.extend(_auth_problems(settings))
+    if settings.delivery is Delivery.TRANSACTIONAL and not settings.journal:
+        problems.append(
+            f"{env('delivery')}: transactional delivery writes the journal in its"
+            f" transactions; it needs {env('journal')}=true"
+        )
+    if settings.max_pending_per_scope > settings.max_pending:
+        problems.append(
+            f"{env('max_pending_per_scope')}: must not exceed {env('max_pending')}"
+            f" ({settings.max_pending}), got {settings.max_pending_per_scope}"
+        )
+    if settings.max_payload_bytes >= settings.max_record_bytes:
+        problems.append(
+            f"{env('max_payload_bytes')}: must be less than {env('max_record_bytes')}"
+            f" ({settings.max_record_bytes}), got {settings.max_payload_bytes}"
+        )
+    if settings.max_signal_bytes_per_operation >= settings.max_record_bytes:
+        problems.append(
+            f"{env('max_signal_bytes_per_operation')}: must be less than"
+            f" {env('max_record_bytes')} ({settings.max_record_bytes}),"
+            f" got {settings.max_signal_bytes_per_operation}"
+        )
+    return problems
 
 
-def _problem(name: str, spec: _Spec, got: object, *, source: str | None = None) -> str:
-    shown = "<redacted>" if spec.secret else repr(got)
-    hint = ""
-    if isinstance(got, str) and re.fullmatch(_URL, got):
-        hint = " (a Kubernetes service link? set enableServiceLinks: false in the pod spec)"
-    return f"{source or env_name(name)}: {spec.kind.expected}, got {shown}{hint}"
+def _reply_to_problems(settings: Settings) -> list[str]:
+    """What the reply_to allow-list names but the service refuses whatever it says: Kafka's
+    internal topics (a leading '_') and the service's own topics (the callbacks topic is
+    always allowed, so naming it is harmless)."""
+    env = env_name
+    problems = []
+    if settings.reply_to_prefix.startswith("_"):
+        problems.append(
+            f"{env('reply_to_prefix')}: must not start with '_' (Kafka's internal topics"
+            f" are never a reply_to), got {settings.reply_to_prefix!r}"
+        )
+    own = {getattr(settings, name): name for name in _TOPIC_FIELDS if name != "topic_callbacks"}
+    for topic in settings.reply_to_topics or ():
+        if topic.startswith("_"):
+            problems.append(
+                f"{env('reply_to_topics')}: must not name {topic!r}: names starting with '_'"
+                " (Kafka's internal topics) are never a reply_to"
+            )
+        elif topic in own:
+            problems.append(
+                f"{env('reply_to_topics')}: must not name {topic!r}, the service's own"
+                f" {env(own[topic])}"
+            )
+    return problems
 
 
-def _read(
-    name: str, spec: _Spec, environ: Mapping[str, str], problems: list[str]
-) -> tuple[str, str] | None:
-    """The field's text and the variable it came from, or None when unset (or unreadable)."""
-    env = env_name(name)
-    text = environ.get(env)
-    if not spec.secret:
-        return None if text is None else (text, env)
-    file_env = env + _FILE_SUFFIX
-    path = environ.get(file_env)
-    if path is None:
-        return None if text is None else (text, env)
-    if text is not None:
-        problems.append(f"{env}: set either {env} or {file_env}, not both")
-        return None
+def _named_tokens(api_tokens: str | None) -> list[tuple[str, str]]:
+    """``api_tokens`` as (name, token) pairs, in the order written."""
+    if api_tokens is None:
+        return []
+    return [
+        (name, token) for name, _, token in (item.partition("=") for item in api_tokens.split(","))
+    ]
+
+
+def _auth_problems(settings: Settings) -> list[str]:
+    """Who may use the API: distinct client names and tokens, and no open API beyond loopback
+    unless asked for."""
+    env = env_name
+    problems = []
+    if settings.api_tokens is not None:
+        pairs = _named_tokens(settings.api_tokens)
+        names = [name for name, _ in pairs]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            problems.append(f"{env('api_tokens')}: names a client twice: {repeated}")
+        if settings.api_token is not None and "default" in names:
+            problems.append(
+                f"{env('api_token')}: is the client 'default', which {env('api_tokens')}"
+                " names as well"
+            )
+        tokens = [token for _, token in pairs]
+        if len(set(tokens)) < len(tokens) or settings.api_token in tokens:
+            problems.append(f"{env('api_tokens')}: two clients share a token")
+    open_api = settings.api_tokens is None and settings.api_token is None
+    if open_api and not settings.allow_unauthenticated and not _loopback(settings.http_host):
+        problems.append(
+            f"{env('api_token')}: required to listen on {settings.http_host} (beyond loopback):"
+            f" set it or {env('api_tokens')}, or set {env('allow_unauthenticated')}=true to"
+            " serve an open API on purpose"
+        )
+    return problems
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
     try:
-        with open(path, encoding="utf-8") as secret_file:
-            content = secret_file.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{file_env}: must name a readable UTF-8 file, got {path!r} ({exc})")
-        return None
-    # Secret files usually end with a newline that is not part of the secret.
-    return content.rstrip("\r\n"), file_env
-
-
-# What Kubernetes injects for every Service in the namespace (enableServiceLinks), for a Service
-# whose name starts with "purgatory": <NAME>_SERVICE_HOST=10.0.0.1, <NAME>_SERVICE_PORT=8080,
-# <NAME>_PORT=tcp://10.0.0.1:8080, <NAME>_PORT_8080_TCP{,_PROTO,_PORT,_ADDR}=...
-_IP = r"[0-9A-Fa-f:.]+"
-_URL = r"(tcp|udp|sctp)://\S+"
-_SERVICE_LINKS = [
-    (re.compile(r"PURGATORY(_\w+)?_SERVICE_HOST"), re.compile(_IP)),
-    (re.compile(r"PURGATORY(_\w+)?_SERVICE_PORT(_\w+)?"), re.compile(r"[0-9]+")),
-    (re.compile(r"PURGATORY(_\w+)?_PORT(_[0-9]+_(TCP|UDP|SCTP))?"), re.compile(_URL)),
-    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_PROTO"), re.compile(r"tcp|udp|sctp")),
-    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_PORT"), re.compile(r"[0-9]+")),
-    (re.compile(r"PURGATORY(_\w+)?_PORT_[0-9]+_(TCP|UDP|SCTP)_ADDR"), re.compile(_IP)),
-]
-
-
-def _is_service_link(name: str, value: str) -> bool:
-    return any(n.fullmatch(name) and v.fullmatch(value) for n, v in _SERVICE_LINKS)
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

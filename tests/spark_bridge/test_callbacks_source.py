@@ -404,13 +404,12 @@ def test_the_source_takes_the_sinks_kafka_client_options() -> None:
         "sasl_username": "u", "sasl_password": "p", "ssl_cafile": __file__,
         "ssl_check_hostname": "false",
     }  # fmt: skip
-    assert dict(_settings(options).client) == dict(kafka_target(options, "t").security) | {
-        "ssl_check_hostname": False
-    }
-    assert dict(kafka_target(options, "t").security) == {
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+    source = _settings(options)
+    assert source.kafka_kwargs() == kafka_target(options, "t").kafka_kwargs() == {
+        "bootstrap_servers": ["h:1"], "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
         "sasl_plain_username": "u", "sasl_plain_password": "p", "ssl_cafile": __file__,
     }  # fmt: skip
+    assert source.ssl_check_hostname is False
 
 
 @given(

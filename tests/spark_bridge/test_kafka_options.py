@@ -80,7 +80,8 @@ def test_consistent_options_pass_through_to_kafka_python(tmp_path: Path) -> None
         "sasl_password": "p",
         "ssl_cafile": str(ca),
     }
-    assert dict(client_options(options)) == {
+    assert kafka_target(options, "t").kafka_kwargs() == {
+        "bootstrap_servers": ["h:9092"],
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "PLAIN",
         "sasl_plain_username": "u",

@@ -46,6 +46,7 @@ from purgatory.service.journal.release import Release
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.kafka.transport import LogReader, RecordSource
 from purgatory.service.ownership.life import Life, LifeEvent, LifeTable, PartitionState
+from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
@@ -72,6 +73,17 @@ class FollowerConfig:
     input_topics: tuple[str, ...]
     grace_s: float
     poll_s: float = 0.05
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FollowerConfig:
+        """The topics of ``settings`` (no snapshots when ``PURGATORY_SNAPSHOT_INTERVAL_MS`` is
+        0), and ``PURGATORY_SHUTDOWN_GRACE_MS`` for a hand-over."""
+        return cls(
+            changelog_topic=settings.topic_changelog,
+            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
+            input_topics=(settings.topic_requests, settings.topic_signals),
+            grace_s=settings.shutdown_grace_ms / 1000,
+        )
 
 
 class Follower:

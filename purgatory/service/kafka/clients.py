@@ -5,8 +5,11 @@ kafka-python client is owned by one thread started with ``trio.to_thread.run_syn
 to trio through bounded memory channels: the source (``source``) hands batches of
 ``ConsumedRecord`` in and commits offsets only when asked, the sink (``sink``) takes records
 out and reports delivery failures at ``flush``. ``KafkaClientConfig`` (``config``) is how
-both reach the brokers.
+both reach the brokers; :meth:`KafkaTransport.from_settings` is the transport the settings
+describe.
 """
+
+from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -17,6 +20,7 @@ from purgatory.service.kafka.reader import KafkaLogReader, open_kafka_reader
 from purgatory.service.kafka.sink import KafkaSink, open_kafka_sink
 from purgatory.service.kafka.source import KafkaSource, open_kafka_source
 from purgatory.service.kafka.transactions import KafkaTransactions, open_kafka_transactions
+from purgatory.service.settings import Settings
 
 __all__ = ["KafkaTransport"]
 
@@ -47,6 +51,29 @@ class KafkaTransport:
     close_timeout_ms: int | None = None
     read_committed: bool = False
     transaction_timeout_ms: int = 60_000
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, read_committed: bool = False) -> KafkaTransport:
+        """The transport of ``settings``: the brokers, the producer's batching and record size,
+        group membership, the close's bound (``PURGATORY_SHUTDOWN_GRACE_MS``).
+
+        Args:
+            settings: the service's settings.
+            read_committed: whether the source reads committed records only; the delivery
+                mode's choice (transactional delivery), made where the mode is chosen.
+        """
+        return cls(
+            KafkaClientConfig.from_settings(settings),
+            linger_ms=settings.kafka_linger_ms,
+            # The largest record value, plus room for its key and the batch's framing.
+            max_request_bytes=settings.max_record_bytes + 4096,
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            advertised_url=settings.advertised_url,
+            group_instance_id=settings.kafka_group_instance_id,
+            close_timeout_ms=settings.shutdown_grace_ms,
+            read_committed=read_committed,
+            transaction_timeout_ms=settings.transaction_timeout_ms,
+        )
 
     def open_source(
         self, *, topics: list[str], group_id: str, assignment: list[tuple[str, int]] | None

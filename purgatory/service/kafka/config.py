@@ -1,10 +1,13 @@
-"""What every Kafka client shares (service layer): the connection settings and the consumed record.
+"""What every Kafka client shares (service layer): how it reaches the brokers, what it may not do.
 
-``KafkaClientConfig`` is the one place that turns the service's settings into kafka-python keyword
-arguments, so the source, the sink and any admin client connect the same way (SSL and SASL
-arguments are passed only when set). ``ConsumedRecord`` is the plain value that crosses from a
-consumer thread into trio; nothing from kafka-python leaks past this boundary.
-``raising_single_errors`` keeps the clients' internal nurseries out of their callers' way.
+``KafkaClientConfig`` is the service's connection settings (``KafkaClientConfig.from_settings``
+reads them from the ``PURGATORY_KAFKA_*`` settings), and ``kafka_kwargs()`` their kafka-python
+keyword arguments, built by :func:`purgatory._kafka_options.kafka_client_kwargs`, the one
+builder the Spark bridge uses too: the source, the sink, the reader, the transactional
+producers, the transaction probe and the development brokers' admin clients all pass
+``**config.kafka_kwargs()`` to their constructor, so they connect the same way (SSL and SASL
+arguments are passed only when set). ``raising_single_errors`` keeps the clients' internal
+nurseries out of their callers' way.
 
 The connection settings are validated by one function,
 :func:`purgatory._kafka_options.kafka_connection_problems` (beside the core, because the Spark
@@ -29,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from purgatory._core import ConfigError
-from purgatory._kafka_options import OPTIONS, kafka_connection_problems
+from purgatory._kafka_options import OPTIONS, kafka_client_kwargs, kafka_connection_problems
+from purgatory.service.settings import Settings
 
 __all__ = ["KafkaClientConfig", "no_topic_creation", "raising_single_errors"]
 
@@ -74,30 +78,36 @@ class KafkaClientConfig:
         if problems:
             raise ConfigError("\n".join(problems))
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KafkaClientConfig:
+        """The connection settings of ``settings`` (``PURGATORY_KAFKA_*``, TLS and SASL
+        included)."""
+        return cls(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            client_id=settings.kafka_client_id,
+            security_protocol=settings.kafka_security_protocol,
+            sasl_mechanism=settings.kafka_sasl_mechanism,
+            sasl_username=settings.kafka_sasl_username,
+            sasl_password=settings.kafka_sasl_password,
+            ssl_cafile=settings.kafka_ssl_cafile,
+            ssl_certfile=settings.kafka_ssl_certfile,
+            ssl_keyfile=settings.kafka_ssl_keyfile,
+        )
+
     def servers(self) -> list[str]:
         """The bootstrap servers as a list, blanks dropped."""
         return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
 
     def kafka_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for any kafka-python client (consumer, producer, admin).
+        """Keyword arguments for any kafka-python client (consumer, producer, admin); pass them
+        with ``**`` beside the client's own (see the module's docstring).
 
         Returns:
             The connection arguments; SSL and SASL ones only when they are set.
         """
-        kwargs: dict[str, Any] = {
-            "bootstrap_servers": self.servers(),
-            "client_id": self.client_id,
-            "security_protocol": self.security_protocol,
-        }
-        if self.sasl_mechanism is not None:
-            kwargs["sasl_mechanism"] = self.sasl_mechanism
-            kwargs["sasl_plain_username"] = self.sasl_username
-            kwargs["sasl_plain_password"] = self.sasl_password
-        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            value = getattr(self, name)
-            if value is not None:
-                kwargs[name] = value
-        return kwargs
+        return kafka_client_kwargs(
+            {"client_id": self.client_id, **{option: getattr(self, option) for option in OPTIONS}}
+        )
 
 
 def no_topic_creation(*, admin: bool = False) -> dict[str, Any]:

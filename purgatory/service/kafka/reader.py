@@ -101,7 +101,7 @@ class KafkaLogReader:
         return len(partitions)
 
     def _consumer(self) -> Any:
-        kwargs = self._config.kafka_kwargs() | {
+        options = {
             **no_topic_creation(),
             **no_client_metrics(),
             "group_id": None,
@@ -114,11 +114,9 @@ class KafkaLogReader:
             "isolation_level": self._isolation,
         }
         try:
-            return KafkaConsumer(**kwargs)
+            return KafkaConsumer(**self._config.kafka_kwargs(), **options)
         except KafkaError as exc:
-            raise TransportError(
-                f"cannot reach Kafka at {kwargs['bootstrap_servers']}: {exc}"
-            ) from exc
+            raise TransportError(f"cannot reach Kafka at {self._config.servers()}: {exc}") from exc
 
     def _read(
         self,

@@ -177,8 +177,11 @@ class _ProducerThread:
     """Owns the producer; ``_main`` and what it calls run in the owning thread, the ``_on_*``
     callbacks in kafka-python's I/O thread."""
 
-    def __init__(self, kwargs: dict[str, Any], flush_timeout_s: float) -> None:
-        self._kwargs = kwargs
+    def __init__(
+        self, config: KafkaClientConfig, options: dict[str, Any], flush_timeout_s: float
+    ) -> None:
+        self._config = config
+        self._options = options  # the producer's own arguments, beside the connection's
         self._flush_timeout_s = flush_timeout_s
         #: the producer while it takes records (set by the thread, read by the trio side)
         self.producer: Any = None
@@ -217,9 +220,9 @@ class _ProducerThread:
         self, receive: trio.MemoryReceiveChannel[_Item], task_status: trio.TaskStatus[None]
     ) -> None:
         try:
-            producer = KafkaProducer(**self._kwargs)
+            producer = KafkaProducer(**self._config.kafka_kwargs(), **self._options)
         except KafkaError as exc:
-            servers = self._kwargs["bootstrap_servers"]
+            servers = self._config.servers()
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
         try:
             _renew_producer_id_after_reset(producer)
@@ -303,7 +306,7 @@ class _ProducerThread:
         with self._lock:
             failed, first = self._unreported, self._first_error
             self._unreported, self._first_error = 0, None
-        servers = self._kwargs["bootstrap_servers"]
+        servers = self._config.servers()
         if failed:
             marker.error = TransportError(
                 f"{failed} record(s) could not be delivered to Kafka at {servers}: {first}"
@@ -461,13 +464,13 @@ async def open_kafka_sink(
         raise UsageError(f"max_in_flight must be >= 1, got {max_in_flight}")
     if batch_bytes < 1:
         raise UsageError(f"batch_bytes must be >= 1, got {batch_bytes}")
-    kwargs = _producer_kwargs(
-        config, linger_ms, delivery_timeout_ms, metadata_timeout_ms, max_request_bytes
+    options = _producer_options(
+        linger_ms, delivery_timeout_ms, metadata_timeout_ms, max_request_bytes
     ) | {
         "bootstrap_timeout_ms": connect_timeout_ms,
         "batch_size": min(batch_bytes, max_request_bytes),
     }
-    thread = _ProducerThread(kwargs, flush_timeout_s=delivery_timeout_ms / 1000 + 5)
+    thread = _ProducerThread(config, options, flush_timeout_s=delivery_timeout_ms / 1000 + 5)
     send, receive = trio.open_memory_channel[_Item](max_in_flight)
     with raising_single_errors():
         async with trio.open_nursery() as nursery:
@@ -480,7 +483,7 @@ async def open_kafka_sink(
                 nursery.cancel_scope.cancel()  # abandons the producer thread
                 raise TransportError(
                     f"the producer did not finish within {close_timeout_ms} ms of the close: the"
-                    f" broker at {kwargs['bootstrap_servers']} does not acknowledge (its records"
+                    f" broker at {config.servers()} does not acknowledge (its records"
                     " were not acknowledged, so nothing was promised for them)"
                 )
 
@@ -512,22 +515,21 @@ def _renew_producer_id_after_reset(producer: Any) -> None:
     manager.reset_producer_id = reset_and_renew
 
 
-def _producer_kwargs(
-    config: KafkaClientConfig,
+def _producer_options(
     linger_ms: int,
     delivery_timeout_ms: int,
     metadata_timeout_ms: int,
     max_request_bytes: int,
 ) -> dict[str, Any]:
-    """kafka-python's producer settings for :func:`open_kafka_sink` (``UsageError`` when they
-    do not fit together)."""
+    """kafka-python's producer settings for :func:`open_kafka_sink`, beside the connection's
+    (``UsageError`` when they do not fit together)."""
     if metadata_timeout_ms < 1:
         raise UsageError(f"metadata_timeout_ms must be >= 1, got {metadata_timeout_ms}")
     if linger_ms < 0 or delivery_timeout_ms <= linger_ms:
         raise UsageError(
             f"need 0 <= linger_ms < delivery_timeout_ms, got {linger_ms} and {delivery_timeout_ms}"
         )
-    return config.kafka_kwargs() | {
+    return {
         **no_topic_creation(),
         **no_client_metrics(),
         "linger_ms": linger_ms,

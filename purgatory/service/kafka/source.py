@@ -140,9 +140,10 @@ class _HoldNewPartitions(AsyncConsumerRebalanceListener):  # type: ignore[misc]
 class _ConsumerThread:
     """Owns the consumer; everything here except ``run`` and ``request_commit`` runs in it."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - each part of the consumer it owns
         self,
-        kwargs: dict[str, Any],
+        config: KafkaClientConfig,
+        options: dict[str, Any],
         topics: list[str],
         assignment: list[Any] | None,
         start: StartPosition,
@@ -153,7 +154,8 @@ class _ConsumerThread:
     ) -> None:
         self._hold = hold
         self._assignor = assignor
-        self._kwargs = kwargs
+        self._config = config
+        self._options = options  # the consumer's own arguments, beside the connection's
         self._topics = topics
         self._assignment = assignment
         self._start = start
@@ -297,9 +299,9 @@ class _ConsumerThread:
 
     def _connect(self) -> Any:
         try:
-            return KafkaConsumer(**self._kwargs)
+            return KafkaConsumer(**self._config.kafka_kwargs(), **self._options)
         except KafkaError as exc:
-            servers = self._kwargs["bootstrap_servers"]
+            servers = self._config.servers()
             raise TransportError(f"cannot reach Kafka at {servers}: {exc}") from exc
 
     def _attach(self, consumer: Any) -> None:
@@ -413,7 +415,7 @@ class _ConsumerThread:
             request.finished = True
             self._in_flight_requests.pop(id(request), None)
         if isinstance(response, BaseException):
-            group = self._kwargs.get("group_id")
+            group = self._options.get("group_id")
             request.error = TransportError(
                 f"commit of {request.offsets} for group {group!r} failed: {response}"
             )
@@ -626,21 +628,21 @@ async def open_kafka_source(
         TransportError: the brokers cannot be reached, or the consumer failed.
     """
     _check_source(topics, group_id, assignment, start, max_batch, fetch_max_wait_ms)
-    kwargs = _consumer_kwargs(config, group_id, max_batch, fetch_max_wait_ms)
-    kwargs["session_timeout_ms"] = session_timeout_ms
-    kwargs["heartbeat_interval_ms"] = max(100, session_timeout_ms // 3)
-    kwargs["bootstrap_timeout_ms"] = connect_timeout_ms
-    kwargs["metadata_max_age_ms"] = metadata_max_age_ms
-    kwargs["isolation_level"] = "read_committed" if read_committed else "read_uncommitted"
+    options = _consumer_options(group_id, max_batch, fetch_max_wait_ms)
+    options["session_timeout_ms"] = session_timeout_ms
+    options["heartbeat_interval_ms"] = max(100, session_timeout_ms // 3)
+    options["bootstrap_timeout_ms"] = connect_timeout_ms
+    options["metadata_max_age_ms"] = metadata_max_age_ms
+    options["isolation_level"] = "read_committed" if read_committed else "read_uncommitted"
     # The co-partitioned assignor whenever partitions are held (see its module).
     assignor = CoPartitionedAssignor(advertised_url) if assignment is None and hold else None
     if assignor is not None:
-        kwargs["partition_assignment_strategy"] = [assignor]
+        options["partition_assignment_strategy"] = [assignor]
     if group_instance_id is not None:
-        kwargs["group_instance_id"] = group_instance_id
+        options["group_instance_id"] = group_instance_id
     partitions = None if assignment is None else [TopicPartition(t, p) for t, p in assignment]
     thread = _ConsumerThread(
-        kwargs, list(topics), partitions, start, max_batch, hold=hold, assignor=assignor
+        config, options, list(topics), partitions, start, max_batch, hold=hold, assignor=assignor
     )
     send, receive = trio.open_memory_channel[list[ConsumedRecord]](_CHANNEL_BATCHES)
     with raising_single_errors():
@@ -678,11 +680,12 @@ def _check_source(  # noqa: PLR0917 - the arguments of open_kafka_source, checke
         raise UsageError(f"fetch_max_wait_ms must be in [0, 60000], got {fetch_max_wait_ms}")
 
 
-def _consumer_kwargs(
-    config: KafkaClientConfig, group_id: str | None, max_batch: int, fetch_max_wait_ms: int
+def _consumer_options(
+    group_id: str | None, max_batch: int, fetch_max_wait_ms: int
 ) -> dict[str, Any]:
-    """kafka-python's consumer settings for :func:`open_kafka_source`."""
-    return config.kafka_kwargs() | {
+    """kafka-python's consumer settings for :func:`open_kafka_source`, beside the
+    connection's."""
+    return {
         **no_topic_creation(),
         **no_client_metrics(),
         "group_id": group_id,

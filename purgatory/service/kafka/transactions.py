@@ -120,7 +120,7 @@ class KafkaTransactions:
         self._config = config
         self._id_prefix = id_prefix
         self._group_metadata = group_metadata
-        self._kwargs = config.kafka_kwargs() | {
+        self._options = {  # the producers' own arguments, beside the connection's
             **no_topic_creation(),
             **no_client_metrics(),
             "acks": "all",
@@ -187,11 +187,11 @@ class KafkaTransactions:
 
     def _init(self, transactional_id: str) -> Any:
         try:
-            producer = KafkaProducer(**self._kwargs, transactional_id=transactional_id)
+            producer = KafkaProducer(
+                **self._config.kafka_kwargs(), **self._options, transactional_id=transactional_id
+            )
         except KafkaError as exc:
-            raise TransportError(
-                f"cannot reach Kafka at {self._kwargs['bootstrap_servers']}: {exc}"
-            ) from exc
+            raise TransportError(f"cannot reach Kafka at {self._config.servers()}: {exc}") from exc
         try:
             producer.init_transactions()
         except KafkaError as exc:
@@ -443,7 +443,7 @@ def _kafka_attempt(config: KafkaClientConfig, attempt_ms: int) -> Callable[[str]
     of kafka-python's transactional calls wait without a bound); the probe then fails the
     start within ``wait_ms`` anyway, and the process with it.
     """
-    kwargs = config.kafka_kwargs() | {
+    options = {
         **no_client_metrics(),
         "max_block_ms": attempt_ms // 2,
         "bootstrap_timeout_ms": attempt_ms // 2,
@@ -451,19 +451,19 @@ def _kafka_attempt(config: KafkaClientConfig, attempt_ms: int) -> Callable[[str]
 
     async def attempt(transactional_id: str) -> bool:
         return await trio.to_thread.run_sync(
-            _probe, kwargs, transactional_id, abandon_on_cancel=True
+            _probe, config, options, transactional_id, abandon_on_cancel=True
         )
 
     return attempt
 
 
-def _probe(kwargs: dict[str, Any], transactional_id: str) -> bool:
+def _probe(config: KafkaClientConfig, options: dict[str, Any], transactional_id: str) -> bool:
     """Two producers of ``transactional_id``: whether the broker fenced the older one."""
     older = newer = None
     try:
-        older = KafkaProducer(**kwargs, transactional_id=transactional_id)
+        older = KafkaProducer(**config.kafka_kwargs(), **options, transactional_id=transactional_id)
         older.init_transactions()
-        newer = KafkaProducer(**kwargs, transactional_id=transactional_id)
+        newer = KafkaProducer(**config.kafka_kwargs(), **options, transactional_id=transactional_id)
         newer.init_transactions()
         older.begin_transaction()  # local: nothing reaches the broker yet
         # The older producer's first request to the coordinator after the newer one took the

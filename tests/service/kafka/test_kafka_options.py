@@ -1,5 +1,6 @@
 """One validator for the Kafka connection settings: each rule names the setting as its user
-wrote it (the service's variable, KafkaClientConfig's field), and SSL files are read."""
+wrote it (the service's variable, KafkaClientConfig's field), and SSL files are read; one
+builder of kafka-python's arguments from them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from purgatory._core import ConfigError
-from purgatory._kafka_options import kafka_connection_problems, service_variable
+from purgatory._kafka_options import (
+    kafka_client_kwargs,
+    kafka_connection_problems,
+    service_variable,
+)
 from purgatory.service.kafka.config import KafkaClientConfig
-from purgatory.service.settings import Settings
+from purgatory.service.settings import SecurityProtocol, Settings
 
 SERVERS = {"bootstrap_servers": "kafka:9092"}
 SASL = {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}
@@ -150,3 +155,48 @@ def test_the_client_config_names_its_fields_and_leaves_files_to_the_settings() -
     with pytest.raises(ConfigError, match=r"^client_id: must not be empty$"):
         KafkaClientConfig(bootstrap_servers="a:1", client_id="")
     KafkaClientConfig(bootstrap_servers="a:1", security_protocol="SSL", ssl_cafile="/not/read")
+
+
+def test_the_builder_passes_what_is_set_under_kafka_pythons_names() -> None:
+    assert kafka_client_kwargs({"bootstrap_servers": " a:1 , b:2,", "client_id": ""}) == {
+        "bootstrap_servers": ["a:1", "b:2"]
+    }
+    values = {
+        **SERVERS,
+        **SASL,
+        **CREDENTIALS,
+        "security_protocol": SecurityProtocol.SASL_SSL,
+        "ssl_cafile": "/ca.pem",
+        "ssl_keyfile": None,
+    }
+    kwargs = kafka_client_kwargs(values)
+    assert kwargs == {
+        "bootstrap_servers": ["kafka:9092"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+        "ssl_cafile": "/ca.pem",
+    }
+    assert type(kwargs["security_protocol"]) is str
+
+
+def test_the_builder_drops_credentials_without_a_mechanism_and_refuses_other_options() -> None:
+    assert kafka_client_kwargs({**SERVERS, **CREDENTIALS}) == {"bootstrap_servers": ["kafka:9092"]}
+    with pytest.raises(ValueError, match=r"^not Kafka connection options: acks, sasl_user$"):
+        kafka_client_kwargs({**SERVERS, "sasl_user": "u", "acks": "all"})
+
+
+def test_the_client_config_from_the_settings_connects_as_they_say(pem: dict[str, str]) -> None:
+    environ = {service_variable(k): v for k, v in {**SASL, **CREDENTIALS, **pem}.items()}
+    environ["PURGATORY_KAFKA_CLIENT_ID"] = "replica-0"
+    config = KafkaClientConfig.from_settings(Settings.from_env(environ))
+    assert config.kafka_kwargs() == {
+        "bootstrap_servers": ["localhost:9092"],
+        "client_id": "replica-0",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "u",
+        "sasl_plain_password": "p",
+        **pem,
+    }

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
+from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.source import _ConsumerThread
 
 
@@ -31,7 +32,8 @@ class _Consumer:
 
 
 def _thread() -> _ConsumerThread:
-    thread = _ConsumerThread({}, ["t"], None, "earliest", 10)
+    config = KafkaClientConfig(bootstrap_servers="kafka:9092")
+    thread = _ConsumerThread(config, {}, ["t"], None, "earliest", 10)
     thread.stop()  # the wait after a failed poll returns at once
     return thread
 
