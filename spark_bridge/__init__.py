@@ -20,7 +20,9 @@ Public names:
 * :func:`register_data_sources` -- registers the three formats with a session;
 * :data:`CALLBACKS_SCHEMA` -- the schema of the rows ``purgatory-callbacks`` reads;
 * :func:`dedupe` -- drops the repeated callbacks of an at-least-once stream, by ``id``;
-* :class:`RowError` -- a row that cannot become a record (the column and the row named);
+* :class:`RowError` -- a row that cannot become a record (the column and the row named),
+  raised in the data sources' Spark tasks: the driver gets pyspark's ``PythonException``,
+  whose message ends with it (docs/spark.md, "What a failed write raises");
 * :class:`Driver` -- the service seen from a driver, over HTTP: ``register``, ``signal``,
   ``wait_for`` (a barrier with its own deadline);
 * :class:`BarrierTimeoutError` -- ``wait_for`` ran out of its own timeout;

@@ -17,9 +17,10 @@ def writer(df: DataFrame, fmt: str, servers: str, topic: str, **options: str) ->
         .options(**options).mode("append")  # fmt: skip
 
 
-def failure(action: Any) -> str:
-    """The message of what ``action()`` raises (Spark wraps the sink's own error)."""
-    with pytest.raises(Exception) as info:
+def failure(action: Any, raises: type[Exception] = Exception) -> str:
+    """The message of what ``action()`` raises (Spark wraps the sink's own error), which must
+    be a ``raises``."""
+    with pytest.raises(raises) as info:
         action()
     return str(info.value)
 

@@ -12,6 +12,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.errors import PythonException
 
 from purgatory._codec import SignalRecord, decode_signal
 from tests.spark_bridge._support import SENTINEL, failure, left_on, writer
@@ -56,9 +57,12 @@ def test_a_null_key_in_a_partition_of_signals_fails_it_with_nothing_sent(
         POSITIONS[where],
     )
     df = signals(spark, bad_at)
-    message = failure(writer(df, "purgatory-signals", servers, topic, **BUDGET).save)
+    # The worker's RowError reaches the driver as Spark's PythonException (docs/spark.md).
+    message = failure(
+        writer(df, "purgatory-signals", servers, topic, **BUDGET).save, PythonException
+    )
 
-    assert "RowError" in message
+    assert "spark_bridge._writer.RowError: " in message
     assert "column 'key': must be a non-empty string; row: scope='s', key=None" in message
     assert left_on(servers, topic) == [SENTINEL]
 
@@ -74,9 +78,11 @@ def test_a_null_watch_key_in_a_partition_of_operations_fails_it_with_nothing_sen
     )
     df = operations(spark, bad_at)
     options = {"scope": "s", "timeout_ms": "60000", **BUDGET}
-    message = failure(writer(df, "purgatory-operations", servers, topic, **options).save)
+    message = failure(
+        writer(df, "purgatory-operations", servers, topic, **options).save, PythonException
+    )
 
-    assert "RowError" in message
+    assert "spark_bridge._writer.RowError: " in message
     assert (
         f"column 'keys': must be a non-empty string; row: op_id='op-{bad_at}', keys=['ready', None]"
     ) in message

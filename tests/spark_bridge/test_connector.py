@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pyspark.errors import SparkRuntimeException
 
 from purgatory._codec import (
     Limits,
@@ -216,7 +217,9 @@ def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_noth
     good = [("s1", f"k{i}", '{"i": 1}') for i in range(200)]
     rows = [*good[:150], ("s1", "", '{"i": 1}'), *good[150:]]  # an empty key, mid-task
     df = spark.createDataFrame(rows, "scope string, key string, payload string").coalesce(1)
-    with pytest.raises(Exception, match="column 'key': must be a non-empty string") as caught:
+    with pytest.raises(
+        SparkRuntimeException, match="column 'key': must be a non-empty string"
+    ) as caught:
         (signals_to_kafka(df, payload_column="payload").write.format("kafka")
          .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
          .option("topic", topic).save())  # fmt: skip
@@ -231,7 +234,7 @@ def test_a_bad_row_fails_the_write_naming_the_column_and_its_task_publishes_noth
         ((None, "k", "1"), "column 'scope': must be a non-empty string"),
     ):
         one = spark.createDataFrame([*good[:5], bad], "scope string, key string, payload string")
-        with pytest.raises(Exception, match=re.escape(message)):
+        with pytest.raises(SparkRuntimeException, match=re.escape(message)):
             (signals_to_kafka(one.coalesce(1), payload_column="payload").write.format("kafka")
              .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
              .option("topic", topic).save())  # fmt: skip
@@ -260,7 +263,7 @@ def test_signals_to_kafka_writes_the_wire_format_and_names_a_missing_column(
     tight = signals_to_kafka(
         df.limit(1), limits=Limits(max_payload_bytes=4), payload_column="payload"
     )
-    with pytest.raises(Exception, match="larger than 4 bytes"):
+    with pytest.raises(SparkRuntimeException, match="larger than 4 bytes"):
         tight.collect()
 
 
@@ -279,7 +282,9 @@ def test_a_malformed_callback_fails_the_read_naming_its_offset_or_is_skipped(
         .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers) \
         .option("topic", topic).save()  # fmt: skip
     raw = _raw(spark, kafka_broker.bootstrap_servers, topic)
-    with pytest.raises(Exception, match=f"malformed callback at topic {topic} partition"):
+    with pytest.raises(
+        SparkRuntimeException, match=f"malformed callback at topic {topic} partition"
+    ):
         callbacks_from_kafka(raw).collect()
     kept = callbacks_from_kafka(raw, on_malformed="skip").collect()
     assert len(kept) == 1
@@ -327,7 +332,7 @@ def test_operations_to_kafka_writes_what_the_service_decodes_and_names_each_faul
         name = change.rsplit(" AS ", 1)[1]
         columns = [c for c in base.split(", ") if not c.endswith(f" AS {name}")] + [change]
         bad = spark.sql("SELECT " + ", ".join(columns))
-        with pytest.raises(Exception, match=re.escape(message)):
+        with pytest.raises(SparkRuntimeException, match=re.escape(message)):
             operations_to_kafka(bad).collect()
     with pytest.raises(ConfigError, match="column 'op_id'"):
         operations_to_kafka(df.drop("op_id"))
@@ -447,7 +452,9 @@ def test_a_bad_registration_anywhere_in_a_task_fails_it_with_nothing_sent(
     rows = [(f"op-{i}", [f"k{i}"], 60_000) for i in range(40)]
     rows[position] = (f"op-{position}", [f"k{position}", None], 60_000)  # a null watch key
     df = spark.createDataFrame(rows, "op_id string, keys array<string>, timeout_ms long")
-    with pytest.raises(Exception, match="column 'keys': every key must be a non-empty string"):
+    with pytest.raises(
+        SparkRuntimeException, match="column 'keys': every key must be a non-empty string"
+    ):
         (operations_to_kafka(df.coalesce(1), scope="s").write.format("kafka")
          .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
          .option("topic", topic).save())  # fmt: skip

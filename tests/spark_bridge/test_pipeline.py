@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from purgatory._core import ConfigError
 from purgatory.devtools.broker import EmbeddedBroker
@@ -209,7 +210,7 @@ def test_a_bad_row_fails_its_micro_batch_and_a_restart_loses_nothing(
     put("a.json", ["a1", "a2"], 1_700_000_000)
     put("b.json", ["b1", None, "b3"], 1_700_000_001)  # the null key fails this micro-batch
     first = start()
-    with pytest.raises(Exception, match=r"column 'key': must be a non-empty string"):
+    with pytest.raises(StreamingQueryException, match=r"column 'key': must be a non-empty string"):
         first.awaitTermination(60)
     # The operator fixes the file and restarts from the checkpoint: Spark re-runs the batch.
     put("b.json", ["b1", "b2", "b3"], 1_700_000_001)
