@@ -25,6 +25,7 @@ import trio
 
 from purgatory.service.app import kafka_transport, run_service
 from purgatory.service.kafka.config import raising_single_errors
+from purgatory.service.kafka.transactions import check_transactions
 from purgatory.service.ownership.layout import check_counts, read_counts
 from purgatory.service.settings import Delivery, Settings, env_name
 from purgatory.service.snapshots.snapshot_watch import SnapshotWatch
@@ -80,22 +81,33 @@ SNAPSHOT_WATCH_MAX_S = 30.0
 async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child]) -> None:
     """Run the service with a supervised snapshotter beside it, until SIGTERM or SIGINT.
 
-    The snapshotter is started first and stopped (SIGTERM, then a kill, and reaped) once the
-    service has stopped; meanwhile every exit of it is logged, counted and followed by a
-    restart (see :mod:`purgatory.service.supervisors.supervisor`).
+    What can refuse the start is checked before anything starts, in the service's order: in
+    transactional delivery, that the broker does transactions; then the topics' partition
+    counts. Only then is the snapshotter started, before the service; it is stopped (SIGTERM,
+    then a kill, and reaped) once the service has stopped; meanwhile every exit of it is
+    logged, counted and followed by a restart (see
+    :mod:`purgatory.service.supervisors.supervisor`).
 
     Args:
         settings: the configuration (journal and snapshots on).
         start: starts the snapshotter process.
 
     Raises:
-        ConfigError: the topics' partition counts disagree (nothing is started).
-        TransportError: as :func:`~purgatory.service.app.run_service` does.
+        ConfigError: the broker cannot do the transactions the delivery needs, or the topics'
+            partition counts disagree (nothing is started).
+        TransportError: as :func:`~purgatory.service.app.run_service` does (the broker did not
+            answer the transactions check: nothing is started).
     """
     transport = kafka_transport(settings)
     clock = Clock.from_wall_clock()
     metrics = Metrics()
     supervisor = Supervisor(start)
+    if _transactional(settings):
+        # The service probes again before it opens its clients; this one keeps a broker that
+        # cannot do transactions (the embedded one) from getting a snapshotter first.
+        await check_transactions(
+            transport.config, transactional_id=f"{settings.kafka_group_id}-probe"
+        )
     async with transport.open_reader(read_committed=_transactional(settings)) as reader:
         # Topics of other partition counts refuse the start before the snapshotter starts
         # (the service checks again, its input topics as its consumer sees them).
