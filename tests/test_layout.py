@@ -21,10 +21,6 @@ MAX_CLASS_LINES = 400
 # Over the bound when the rule was written, and being split: drop each once it is.
 LONG_CLASSES = {
     ("purgatory/_core/engine/engine.py", "Engine"),
-    ("purgatory/service/app.py", "Service"),
-    ("purgatory/service/dispatch/partitions.py", "ServiceState"),
-    ("purgatory/service/egress/outbox.py", "Outbox"),
-    ("purgatory/service/journal/changelog.py", "Changelog"),
 }
 TABLES = {
     ("purgatory/service/ingress/http/openapi.py", "_schemas"),

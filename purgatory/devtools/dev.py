@@ -30,21 +30,15 @@ from purgatory.devtools.dev_broker import (
     open_dev_broker,
 )
 from purgatory.service.app import topics_of
+from purgatory.service.journal.modes import delivery_mode
 from purgatory.service.run import run_serve
-from purgatory.service.settings import Delivery, Settings
+from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import configure_logging
 
 __all__ = ["DEV_PARTITIONS", "run_dev"]
 
 #: Partitions of the topics ``dev`` creates when PURGATORY_TOPIC_PARTITIONS is unset.
 DEV_PARTITIONS = 4
-
-#: What each delivery mode promises, as the start banner says it.
-_DELIVERY = {
-    Delivery.ACKNOWLEDGED: "at least once (after a crash, consumers drop repeats by id);"
-    " PURGATORY_DELIVERY=transactional with --broker kafka for exactly once",
-    Delivery.TRANSACTIONAL: "exactly once for consumers that read committed records",
-}
 
 
 def run_dev(
@@ -78,7 +72,7 @@ def run_dev(
     checked = Settings.from_env(
         dev_env, **{"kafka_bootstrap_servers": "127.0.0.1:9092", **overrides}
     )
-    if checked.delivery is Delivery.TRANSACTIONAL and kind != "kafka":
+    if delivery_mode(checked).needs_transactions and kind != "kafka":
         print(
             "purgatory dev: PURGATORY_DELIVERY=transactional needs Apache Kafka (the embedded"
             " broker cannot do transactions): add --broker kafka, or unset PURGATORY_DELIVERY",
@@ -110,9 +104,10 @@ def _serve_dev(
     broker.create_topics(dict.fromkeys(topics_of(settings), partitions))
     configure_logging(settings.log_level, settings.log_format)
     url = f"http://{settings.http_host}:{settings.http_port}"
+    mode = delivery_mode(settings)
     print(
         f"purgatory dev: broker {name}, API {url} (Ctrl-C stops)\n"
-        f"  delivery {settings.delivery}: {_DELIVERY[settings.delivery]}\n"
+        f"  delivery {mode.name}: {mode.promise}\n"
         f"  purgatory op create --scope demo --id first --key a --key b --timeout-ms 60000\n"
         f"  purgatory signal --scope demo --key a; purgatory signal --scope demo --key b\n"
         f"  purgatory op wait --scope demo --id first",

@@ -1,23 +1,14 @@
 """The composition root (service layer): builds the stages, connects them, runs them.
 
-A signal or a registration crosses the stages in one direction::
-
-    ingress                dispatch              journal               egress
-    Kafka intake --+                                                  Outbox --> callbacks,
-    HTTP routes ---+--> ServiceState ------> Release ----------------->   dead letters,
-                        (an engine per       (held until the          |   offset commits
-    reaper: the next     partition; its      Changelog acknowledged   v
-      deadline --------> entries to the      the entries that      Acknowledgements --> waiters,
-                         Changelog)          decided it)              recent outcomes
-
-Two objects carry the flows between stages: every decided outcome goes to ``release``
-(:mod:`purgatory.service.journal.release`: journaled first, then the outbox), and every
-acknowledged one to ``acks`` (:mod:`purgatory.service.egress.acknowledgements`). Each stage is
-an attribute of :class:`Service` (``state``, ``changelog``, ``release``, ``outbox``, ``acks``,
-``executor``, ``reaper``, ``app``; ``recent`` and ``overview`` for the operator's page), so a test
-can build the service over any :class:`~purgatory.service.kafka.transport.Transport` (the
-in-memory fake included) and drive or inspect one stage alone. ``docs/architecture.md`` tells
-both paths hop by hop.
+An input crosses the stages in one direction (``docs/architecture.md`` tells both paths hop by
+hop): ingress (the Kafka :class:`~purgatory.service.ingress.intake.Intake`, the HTTP routes)
+hands it to the :class:`~purgatory.service.ingress.flow.Flow`, which has the
+:class:`~purgatory.service.dispatch.dispatcher.Dispatcher` decide, gives what it decided to the
+delivery mode's ``release`` (journaled first, :mod:`purgatory.service.journal.modes`), and wakes
+the reaper; the outbox sends each outcome, and its acknowledgement fans out (``acks``). Each
+stage is an attribute of :class:`Service`, so a test can build the service over any
+:class:`~purgatory.service.kafka.transport.Transport` (the in-memory fake included) and drive or
+inspect one stage alone.
 
 Before anything starts, the topics keyed by scope must share one partition count, and while
 the service runs a change of one stops its inputs (:mod:`purgatory.service.ownership.layout`).
@@ -32,7 +23,6 @@ exits 1), never silently.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import signal as signals
@@ -40,26 +30,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from hypercorn.trio import serve
 
-from purgatory._codec import Limits
-from purgatory._core import Outcome, TransportError, UsageError
+from purgatory._core import TransportError, UsageError
+from purgatory.service.dispatch.dispatcher import Dispatcher
 from purgatory.service.dispatch.follow import Follower, FollowerConfig
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.reads import Reads
 from purgatory.service.dispatch.reply_to import ReplyToPolicy
+from purgatory.service.dispatch.table import PartitionTable
+from purgatory.service.dispatch.waiters import Waiters
 from purgatory.service.egress.acknowledgements import Acknowledgements
 from purgatory.service.egress.outbox import Outbox
+from purgatory.service.ingress.flow import Flow
 from purgatory.service.ingress.http.app import HttpConfig, build_app
 from purgatory.service.ingress.http.auth import Authenticator
 from purgatory.service.ingress.http.openapi import load_openapi
-from purgatory.service.ingress.http.server import server_config
-from purgatory.service.ingress.intake import run_intake
-from purgatory.service.journal.changelog import Changelog, Gate, NoJournal
-from purgatory.service.journal.release import release_for
-from purgatory.service.journal.transactional import TransactionalChangelog
+from purgatory.service.ingress.http.server import serve_app, server_config
+from purgatory.service.ingress.intake import Intake
+from purgatory.service.journal.modes import delivery_mode, own_topics
 from purgatory.service.kafka.clients import KafkaTransport
-from purgatory.service.kafka.config import KafkaClientConfig
-from purgatory.service.kafka.transactions import check_transactions
 from purgatory.service.kafka.transport import (
     LogReader,
     RecordSink,
@@ -68,46 +56,23 @@ from purgatory.service.kafka.transport import (
     Transport,
 )
 from purgatory.service.ops.overview import Overview
+from purgatory.service.ops.readiness import Readiness
 from purgatory.service.ops.recent import Recent
 from purgatory.service.ownership.forward import Forwarder, new_forwarder
 from purgatory.service.ownership.layout import TopicLayout
-from purgatory.service.ownership.life import LifeTable, PartitionState
-from purgatory.service.ownership.owners import StaticOwners
-from purgatory.service.settings import Delivery, Settings
+from purgatory.service.ownership.life import LifeTable
+from purgatory.service.ownership.owners import owners_for
+from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import get_logger
-from purgatory.service.telemetry.metrics import Metrics, PartitionStatus
-from reaper import Clock, CompletionExecutor, Reaper
+from purgatory.service.telemetry.metrics import Metrics
+from reaper import Clock, CompletionExecutor
 
-__all__ = ["Service", "kafka_config", "kafka_transport", "limits_of", "run_service", "topics_of"]
+__all__ = ["Service", "kafka_transport", "run_service", "topics_of"]
 
 _log = get_logger()
 
-
-def limits_of(settings: Settings) -> Limits:
-    """The record limits configured in ``settings``."""
-    return Limits(
-        max_keys_per_operation=settings.max_keys_per_operation,
-        max_key_bytes=settings.max_key_bytes,
-        max_scope_bytes=settings.max_scope_bytes,
-        max_op_id_bytes=settings.max_op_id_bytes,
-        max_payload_bytes=settings.max_payload_bytes,
-        max_record_bytes=settings.max_record_bytes,
-    )
-
-
-def kafka_config(settings: Settings) -> KafkaClientConfig:
-    """The Kafka client settings (TLS and SASL included) from ``settings``."""
-    return KafkaClientConfig(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        client_id=settings.kafka_client_id,
-        security_protocol=settings.kafka_security_protocol,
-        sasl_mechanism=settings.kafka_sasl_mechanism,
-        sasl_username=settings.kafka_sasl_username,
-        sasl_password=settings.kafka_sasl_password,
-        ssl_cafile=settings.kafka_ssl_cafile,
-        ssl_certfile=settings.kafka_ssl_certfile,
-        ssl_keyfile=settings.kafka_ssl_keyfile,
-    )
+#: Every topic the service reads or writes (reply_to topics aside).
+topics_of = own_topics
 
 
 async def _stop_on_signals(stop: trio.Event) -> None:
@@ -117,31 +82,11 @@ async def _stop_on_signals(stop: trio.Event) -> None:
             return
 
 
-def topics_of(settings: Settings) -> tuple[str, ...]:
-    """Every topic the service reads or writes (reply_to topics aside)."""
-    return (
-        settings.topic_requests,
-        settings.topic_signals,
-        settings.topic_callbacks,
-        settings.topic_dead_letters,
-        settings.topic_changelog,
-        settings.topic_snapshots,
-    )
-
-
 def kafka_transport(settings: Settings) -> KafkaTransport:
-    """The kafka-python transport configured by ``settings``."""
-    return KafkaTransport(
-        kafka_config(settings),
-        linger_ms=settings.kafka_linger_ms,
-        max_request_bytes=settings.max_record_bytes + 4096,
-        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
-        advertised_url=settings.advertised_url,
-        group_instance_id=settings.kafka_group_instance_id,
-        close_timeout_ms=settings.shutdown_grace_ms,
-        read_committed=settings.delivery is Delivery.TRANSACTIONAL,
-        transaction_timeout_ms=settings.transaction_timeout_ms,
-    )
+    """The kafka-python transport configured by ``settings``, reading the changelog as its
+    delivery mode does."""
+    mode = delivery_mode(settings)
+    return KafkaTransport.from_settings(settings, read_committed=mode.read_committed)
 
 
 @dataclass
@@ -166,60 +111,88 @@ class Service:
     reader: LogReader | None = None
     transactions: Transactions | None = None
     metrics: Metrics = field(default_factory=Metrics)
-    ready: bool = False
     jitter: random.Random = field(default_factory=random.Random)  # of the back-off after a fence
 
     def __post_init__(self) -> None:
-        settings, clock = self.settings, self.clock
+        settings, clock, source = self.settings, self.clock, self.source
         if settings.journal and self.reader is None:
             raise UsageError("a journaled service needs a reader of the changelog")
-        if settings.delivery is Delivery.TRANSACTIONAL and self.transactions is None:
-            raise UsageError("a transactional service needs its transactional producers")
-        self.input_topics = (settings.topic_requests, settings.topic_signals)
-        # Checked against the other topics' when the service runs (TopicLayout.check).
-        partitions = self.source.partition_count(settings.topic_requests)
-        self._expect_metrics()
-        self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
-        self.recent = Recent(clock.now_ms)
-        # The stages, in the order a decided outcome crosses them: the partitions' engines
-        # decide (dispatch), the journal holds each outcome until its entries are durable
-        # (release), the outbox sends it, and its acknowledgement fans out.
-        self.acks = Acknowledgements()
-        self.outbox = self._build_outbox()
-        self.changelog = self._build_changelog()
-        self.gate: Gate = self.changelog if self.changelog is not None else NoJournal()
-        self.release = release_for(self.changelog, self.outbox)
-        self.life = LifeTable(self.jitter)
-        self.state = self._build_state(partitions)
-        self.acks.listen(self.state.delivered)
-        self.acks.listen(self.recent.outcome)
-        self.follower = self._build_follower()
-        self.source.on_revoke(self.follower.hand_over)
-        self.owners, self.forwarder = self._build_ownership(partitions)
-        self.reaper = Reaper(
-            self.state, self._room, clock, max_sleep_ms=settings.reaper_max_sleep_ms
-        )
-        self.layout = TopicLayout(
-            settings, self.source, self.reader, on_change=self.state.stop_inputs
-        )
-        self._bind_metrics()
-        self.overview = Overview(
-            self.state, now_ms=clock.now_ms, readiness=self.readiness, recent=self.recent
-        )
-        self.http_config = self._build_http_config()
-        self.app = build_app(self.state, self.http_config, self.gate)
-
-    @property
-    def fences(self) -> dict[int, int]:
-        """Partition -> times it was fenced (another writer appended to its changelog)."""
-        return self.follower.fences()
-
-    def _expect_metrics(self) -> None:
-        settings = self.settings
-        inputs, outputs = self.input_topics, (settings.topic_callbacks, settings.topic_dead_letters)
+        self.input_topics = inputs = (settings.topic_requests, settings.topic_signals)
+        outputs = (settings.topic_callbacks, settings.topic_dead_letters)
         self.metrics.expect_dead_letters(inputs)
         self.metrics.expect_records(consumed=inputs, produced=outputs)
-        self.metrics.expect_dead_letters((settings.topic_callbacks,), reasons=("undeliverable",))
+        self.metrics.expect_dead_letters(outputs[:1], reasons=("undeliverable",))
+        self.executor = CompletionExecutor(clock, capacity=settings.executor_capacity)
+        self.recent = Recent(clock.now_ms)
+        # The stages, in the order an outcome crosses them: dispatch, journal, egress, acks.
+        self.table, self.dispatcher, self.reads = self._build_dispatch()
+        self.acks = Acknowledgements()
+        self.acks.listen(self.reads.delivered)
+        self.acks.listen(self.recent.outcome)
+        self.outbox = self._build_outbox()
+        journal = delivery_mode(settings).journal(
+            sink=self.sink,
+            transactions=self.transactions,
+            outlet=self.outbox,
+            delivered=self.table.acked,
+            on_fenced=self._fenced,
+        )
+        self.changelog, self.gate, self.release = journal.changelog, journal.gate, journal.release
+        if self.changelog is not None:
+            self.table.journals = self.changelog.journal_for
+        self.flow = Flow(
+            self.dispatcher,
+            self.release,
+            clock,
+            egress=self.outbox,
+            max_sleep_ms=settings.reaper_max_sleep_ms,
+        )
+        self.reaper = self.flow.reaper
+        self.follower = self._build_follower()
+        source.on_revoke(self.follower.hand_over)
+        # Who owns which partition (static ordinals, or the group's), and a forwarder to it.
+        self.owners = owners_for(settings, source, self.table.partitions)
+        self.forwarder: Forwarder | None = None
+        if self.owners is not None:
+            self.forwarder = new_forwarder(me=self.owners.me, wait_ms=settings.journal_wait_ms)
+        self.layout = TopicLayout(settings, source, self.reader, on_change=self.table.stop_inputs)
+        self.status = Readiness(self.follower, self.table, self.layout, self.changelog)
+        self.metrics.bind(
+            engines=self.table,
+            executor=self.executor,
+            reaper=self.reaper,
+            outbox=self.outbox,
+            source=source,
+            status=self.status,
+            journal=self.changelog,
+        )
+        self.metrics.bind_layout(self.layout)
+        self.overview = Overview(self.table, clock=clock, status=self.status, recent=self.recent)
+        self.http_config = self._build_http_config()
+        self.app = build_app(self, self.http_config)
+
+    def _build_dispatch(self) -> tuple[PartitionTable, Dispatcher, Reads]:
+        settings = self.settings
+        self.life = LifeTable(self.jitter)
+        table = PartitionTable(
+            settings.to_engine_config(),
+            # Checked against the other topics' when the service runs (TopicLayout.check).
+            partitions=self.source.partition_count(settings.topic_requests),
+            life=self.life,
+            max_pending_per_client=settings.max_pending_per_client,
+            max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
+            max_memory_bytes=settings.max_memory_bytes,
+        )
+        waiters = Waiters()
+        dispatcher = Dispatcher(
+            table,
+            waiters,
+            now_ms=self.clock.now_ms,
+            max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
+            metrics=self.metrics,
+            reply_to=ReplyToPolicy.from_settings(settings),
+        )
+        return table, dispatcher, Reads(table, waiters)
 
     def _build_outbox(self) -> Outbox:
         settings = self.settings
@@ -237,59 +210,13 @@ class Service:
             reply_to_timeout_ms=settings.reply_to_timeout_ms,
         )
 
-    def _build_changelog(self) -> Changelog | None:
-        settings = self.settings
-        if not settings.journal:
-            return None
-        common: dict[str, Any] = {
-            "topic": settings.topic_changelog,
-            "max_record_bytes": settings.max_record_bytes,
-            "delivered": self._acked,
-            "on_fenced": self._fenced,
-            "wait_ms": settings.journal_wait_ms,
-        }
-        if self.transactions is not None and settings.delivery is Delivery.TRANSACTIONAL:
-            return TransactionalChangelog(
-                self.transactions,
-                undeliverable=self.outbox.undeliverable,
-                own_topics=topics_of(settings),
-                **common,
-            )
-        return Changelog(self.sink, **common)
-
-    def _build_state(self, partitions: int) -> ServiceState:
-        settings = self.settings
-        return ServiceState(
-            settings.to_engine_config(),
-            partitions=partitions,
-            now_ms=self.clock.now_ms,
-            max_deadline_ahead_ms=settings.max_deadline_ahead_ms,
-            wake=self._wake,
-            wake_now=self._wake_now,
-            metrics=self.metrics,
-            deliver=self.release.decided,
-            journal_for=self.changelog.journal_for if self.changelog is not None else None,
-            resend=self.release.resent,
-            reply_to=ReplyToPolicy.from_settings(settings),
-            max_pending_per_client=settings.max_pending_per_client,
-            max_pending_bytes_per_client=settings.max_pending_bytes_per_client,
-            max_memory_bytes=settings.max_memory_bytes,
-            life=self.life,
-        )
-
     def _build_follower(self) -> Follower:
         """The owner of every partition's life here: taken, restored, served, fenced, handed
         over (:mod:`purgatory.service.dispatch.follow`)."""
         settings = self.settings
-        config = FollowerConfig(
-            changelog_topic=settings.topic_changelog,
-            snapshots_topic=settings.topic_snapshots if settings.snapshot_interval_ms else None,
-            input_topics=self.input_topics,
-            grace_s=settings.shutdown_grace_ms / 1000,
-        )
         return Follower(
             self.source,
-            self.state,
+            self.dispatcher,
             self.reader if settings.journal else None,
             changelog=self.changelog,
             gate=self.gate,
@@ -297,159 +224,30 @@ class Service:
             release=self.release,
             metrics=self.metrics,
             clock=self.clock,
-            config=config,
+            config=FollowerConfig.from_settings(settings),
             table=self.life,
+            reaper=self.reaper,
         )
 
-    def _build_ownership(self, partitions: int) -> tuple[StaticOwners | None, Forwarder | None]:
-        """Who owns which partition (static ordinals), and the forwarder to the owner."""
-        settings = self.settings
-        if settings.peer_urls is not None and settings.replica_ordinal is not None:
-            owners = StaticOwners(settings.peer_urls, settings.replica_ordinal, partitions)
-            if settings.kafka_static_partitions is None or sorted(
-                settings.kafka_static_partitions
-            ) != list(owners.own()):
-                raise UsageError(
-                    f"PURGATORY_KAFKA_STATIC_PARTITIONS must be the partitions replica"
-                    f" {settings.replica_ordinal} of {len(settings.peer_urls)} owns by"
-                    f" PURGATORY_PEER_URLS ({','.join(map(str, owners.own()))}), got"
-                    f" {settings.kafka_static_partitions}"
-                )
-            return owners, new_forwarder(
-                me=str(settings.replica_ordinal), wait_ms=settings.journal_wait_ms
-            )
-        if settings.advertised_url is not None and settings.kafka_static_partitions is None:
-            return None, new_forwarder(me=settings.advertised_url, wait_ms=settings.journal_wait_ms)
-        return None, None
-
-    def _bind_metrics(self) -> None:
-        self.metrics.bind(
-            engine_stats=self.state.engine_statistics,
-            executor_stats=self.executor.statistics,
-            reaper_stats=self.reaper.statistics,
-            outbox_stats=self.outbox.statistics,
-            consumer_lag=self.source.lag,
-            ready=self.is_ready,
-            partitions=self.partition_status,
-            journal=self.changelog.statistics if self.changelog is not None else None,
-        )
-        self.metrics.bind_layout(self.layout.statistics)
+    def _fenced(self, partition: int) -> None:
+        # Late-bound: the journal is built before the follower it tells.
+        self.follower.fenced(partition)
 
     def _build_http_config(self) -> HttpConfig:
         settings = self.settings
         return HttpConfig(
-            limits=limits_of(settings),
+            limits=settings.to_limits(),
             max_request_bytes=settings.max_request_bytes,
             max_batch=settings.max_batch,
             max_wait_ms=settings.max_wait_ms,
             authenticator=Authenticator(settings.client_tokens()),
-            ready=self.is_ready,
-            readiness=self.readiness,
-            metrics=self.metrics.render,
+            status=self.status,
+            metrics=self.metrics,
             openapi=load_openapi(),
-            observe=self.metrics.http_request,
-            count_registration=self.metrics.registration,
             forwarder=self.forwarder,
-            owner_url=self._owner_url,
-            overview=self.overview.snapshot,
+            owners=self.owners,
+            overview=self.overview,
         )
-
-    def is_ready(self) -> bool:
-        """Serving, taking inputs (the topics' partition counts did not change), holding
-        partitions (a group may not have assigned any yet), and every one of them restored."""
-        return (
-            self.ready
-            and self.state.inputs_stopped is None
-            and bool(self.follower.held())
-            and self.follower.caught_up()
-        )
-
-    def partition_status(self) -> list[PartitionStatus]:
-        """The input partitions held now, each in its state (``/readyz``, the metrics)."""
-        now = trio.current_time()
-        statuses = []
-        for life in self.life.held():
-            progress = self.follower.progress.get(life.partition)
-            records, seconds = 0, 0.0
-            if progress is not None:
-                records = progress.records
-                done = progress.seconds
-                seconds = done if done is not None else now - progress.started_s
-            statuses.append(
-                PartitionStatus(
-                    life.partition,
-                    life.state is PartitionState.SERVING,
-                    records,
-                    seconds,
-                    state=life.state.value,
-                    fenced=life.fences,
-                    reason=life.reason if life.state is not PartitionState.SERVING else None,
-                )
-            )
-        return statuses
-
-    def readiness(self) -> dict[str, object]:
-        """``/readyz``: whether the service serves, each held partition's restore, the topics'
-        partition counts, once a count changed why no input is taken, and the journal's state
-        (a stalled journal does not make the replica unready: see :meth:`journal_status`)."""
-        layout = self.layout.statistics()
-        return {
-            "ready": self.is_ready(),
-            "journal": self.journal_status(),
-            "topics": dict(layout.counts),
-            "inputs_stopped": layout.inputs_stopped,
-            "partitions": {
-                str(s.partition): {
-                    "state": s.state,
-                    "restore_records": s.records,
-                    "restore_seconds": round(s.seconds, 3),
-                    "fenced": s.fenced,
-                    **({"reason": s.reason} if s.reason else {}),
-                }
-                for s in self.partition_status()
-            },
-        }
-
-    def journal_status(self) -> dict[str, object]:
-        """The journal in ``/readyz``: ``ok``, ``stalled`` (its oldest unacknowledged entry has
-        waited ``PURGATORY_JOURNAL_WAIT_MS`` or longer) or ``off``, and that wait in seconds.
-
-        A stalled journal leaves the replica ready (``/readyz`` 200): the broker is usually
-        unreachable for every replica at once, and a failing readiness probe would take them
-        all out of the Service, turning the writes' 503 with Retry-After, which clients retry,
-        into refused connections; and no other replica could take this one's partitions
-        anyway. The body and ``purgatory_journal_stalled`` say it instead.
-        """
-        if self.changelog is None:
-            return {"state": "off", "unacknowledged_seconds": 0.0}
-        stats = self.changelog.statistics()
-        return {
-            "state": "stalled" if stats.stalled else "ok",
-            "unacknowledged_seconds": round(stats.unacknowledged_s, 3),
-        }
-
-    def _owner_url(self, partition: int) -> str | None:
-        """Where to forward a request for ``partition`` (None: nowhere)."""
-        if self.owners is not None:
-            return self.owners.url_of(partition)
-        url = self.source.owner_urls().get(partition)
-        return None if url is None or url == self.settings.advertised_url else url.rstrip("/")
-
-    # Late-bound: the changelog and the state are built before the parts these reach.
-    def _acked(self, partition: int) -> int:
-        return self.state.acked(partition)
-
-    def _fenced(self, partition: int) -> None:
-        self.follower.fenced(partition)
-
-    def _wake(self, deadline_ms: int) -> None:
-        self.reaper.wake_if_earlier(deadline_ms)
-
-    def _wake_now(self) -> None:
-        self.reaper.wake()
-
-    async def _room(self, _expired: list[Outcome]) -> None:
-        await self.outbox.wait_for_room()  # the state already queued them
 
     async def run(
         self,
@@ -511,7 +309,7 @@ class Service:
             await inputs.start(self.reaper.run)
             inputs.start_soon(self.follower.run)
             inputs.start_soon(self.layout.run)
-            inputs.start_soon(self._run_intake)
+            inputs.start_soon(self._intake().run)
             bound: list[str] = []
             if serve_http:
                 hypercorn = server_config(
@@ -519,42 +317,33 @@ class Service:
                     max_wait_ms=settings.max_wait_ms,
                     graceful_timeout_s=settings.shutdown_grace_ms / 1000,
                 )
-                asgi: Any = self.app  # hypercorn's framework type does not name Starlette
-                serving = functools.partial(
-                    serve, asgi, hypercorn, shutdown_trigger=http_stopped.wait
-                )
+                serving = functools.partial(serve_app, self.app, hypercorn, stopped=http_stopped)
                 bound = await inputs.start(serving)
             # HTTP answers meanwhile: /readyz 503, the restoring partitions' inputs 503.
             while not self.follower.caught_up() and not stop.is_set():
                 await trio.sleep(0.01)
-            self.ready = True
+            self.status.started = True
             _log.info("service_ready", http=bound)
-            if not settings.client_tokens():
-                _log.warning(
-                    "api_open",
-                    http=bound,
-                    detail="no API token is set: anyone who reaches these addresses can"
-                    " register and cancel any operation",
-                )
+            self.http_config.authenticator.warn_if_open(bound)
             task_status.started(bound)
             await stop.wait()
-            self.ready = False
+            self.status.started = False
             _log.info("service_stopping")
             http_stopped.set()
             inputs.cancel_scope.cancel()
 
-    async def _run_intake(self) -> None:
+    def _intake(self) -> Intake:
         settings = self.settings
-        await run_intake(
+        return Intake(
             self.source,
-            self.state,
+            self.flow,
             self.release,
+            self.gate,
             requests_topic=settings.topic_requests,
             signals_topic=settings.topic_signals,
-            limits=limits_of(settings),
+            limits=settings.to_limits(),
+            egress=self.outbox,
             metrics=self.metrics,
-            gate=self.gate,
-            room=self.outbox.wait_for_room,
         )
 
     async def _drain(self, nursery: trio.Nursery, done: _Outputs) -> int:
@@ -565,7 +354,7 @@ class Service:
             TransportError: what was decided was not all acknowledged in time.
         """
         grace_s = self.settings.shutdown_grace_ms / 1000
-        due = self.state.catch_up(self.clock.now_ms())
+        due = self.flow.catch_up(self.clock.now_ms())
         with trio.move_on_after(grace_s):
             if self.changelog is not None:
                 self.changelog.close()
@@ -582,7 +371,7 @@ class Service:
             )
         if self.changelog is not None:
             with trio.move_on_after(grace_s):
-                await self.changelog.mark_delivered(self.state.serving())
+                await self.changelog.mark_delivered(self.table.serving())
         await self.executor.aclose()
         if self.forwarder is not None:
             await self.forwarder.aclose()
@@ -604,6 +393,7 @@ async def run_service(
     stop: trio.Event | None = None,
     transport: Transport | None = None,
     metrics: Metrics | None = None,
+    checked: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the service until SIGTERM/SIGINT (or ``stop``), then shut down gracefully.
@@ -614,6 +404,8 @@ async def run_service(
         stop: set it to stop (tests); otherwise SIGTERM and SIGINT stop the service.
         transport: the broker seam (kafka-python by default; an in-memory fake in tests).
         metrics: the metrics to serve (new ones by default; ``serve`` adds the snapshotter's).
+        checked: the broker was checked for the delivery mode already (``serve`` does it
+            before it starts the snapshotter).
         task_status: receives the HTTP addresses once the service is ready.
 
     Raises:
@@ -635,28 +427,19 @@ async def run_service(
         if settings.kafka_static_partitions
         else None
     )
-    transactional = settings.delivery is Delivery.TRANSACTIONAL
-    if transactional and isinstance(transport, KafkaTransport):
-        await check_transactions(
-            transport.config, transactional_id=f"{settings.kafka_group_id}-probe"
-        )
+    mode = delivery_mode(settings)
+    if not checked:  # before anything starts: a broker the mode cannot use
+        await mode.check(transport)
     async with (
         transport.open_sink() as sink,
-        transport.open_reader(read_committed=transactional) as reader,
+        transport.open_reader(read_committed=mode.read_committed) as reader,
         transport.open_source(
             topics=[settings.topic_requests, settings.topic_signals],
             group_id=settings.kafka_group_id,
             assignment=assignment,
         ) as source,
-        contextlib.AsyncExitStack() as stack,
+        mode.transactions(transport, source) as transactions,
     ):
-        transactions = None
-        if transactional:
-            transactions = await stack.enter_async_context(
-                transport.open_transactions(
-                    id_prefix=settings.kafka_group_id, group_metadata=source.group_metadata
-                )
-            )
         metrics = metrics if metrics is not None else Metrics()
         service = Service(
             settings, clock, source, sink, reader, transactions=transactions, metrics=metrics

@@ -24,10 +24,10 @@ import httpx
 import trio
 
 from purgatory.service.app import kafka_transport, run_service
+from purgatory.service.journal.modes import delivery_mode
 from purgatory.service.kafka.config import raising_single_errors
-from purgatory.service.kafka.transactions import check_transactions
 from purgatory.service.ownership.layout import check_counts, read_counts
-from purgatory.service.settings import Delivery, Settings, env_name
+from purgatory.service.settings import Settings, env_name
 from purgatory.service.snapshots.snapshot_watch import SnapshotWatch
 from purgatory.service.snapshots.snapshotter import Snapshotter
 from purgatory.service.supervisors.supervisor import (
@@ -102,13 +102,11 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
     clock = Clock.from_wall_clock()
     metrics = Metrics()
     supervisor = Supervisor(start)
-    if _transactional(settings):
-        # The service probes again before it opens its clients; this one keeps a broker that
-        # cannot do transactions (the embedded one) from getting a snapshotter first.
-        await check_transactions(
-            transport.config, transactional_id=f"{settings.kafka_group_id}-probe"
-        )
-    async with transport.open_reader(read_committed=_transactional(settings)) as reader:
+    mode = delivery_mode(settings)
+    # Before the snapshotter: a broker that cannot do the mode's transactions (the embedded
+    # one) refuses the start with nothing started (the service is told not to probe again).
+    await mode.check(transport)
+    async with transport.open_reader(read_committed=mode.read_committed) as reader:
         # Topics of other partition counts refuse the start before the snapshotter starts
         # (the service checks again, its input topics as its consumer sees them).
         counts = await read_counts(settings, reader.partition_count)
@@ -126,13 +124,10 @@ async def serve_with_snapshotter(settings: Settings, start: Callable[[], Child])
             async with trio.open_nursery() as nursery:
                 await nursery.start(supervisor.run)
                 nursery.start_soon(watch.run)
-                await run_service(settings, clock=clock, transport=transport, metrics=metrics)
+                await run_service(
+                    settings, clock=clock, transport=transport, metrics=metrics, checked=True
+                )
                 nursery.cancel_scope.cancel()
-
-
-def _transactional(settings: Settings) -> bool:
-    """Whether the journal is written in transactions (its readers then read committed)."""
-    return settings.delivery is Delivery.TRANSACTIONAL
 
 
 def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> int:
@@ -152,7 +147,7 @@ def run_snapshotter(environ: Mapping[str, str], overrides: Mapping[str, Any]) ->
 async def _snapshot_until_stopped(settings: Settings) -> None:
     transport = kafka_transport(settings)
     async with (
-        transport.open_reader(read_committed=_transactional(settings)) as reader,
+        transport.open_reader(read_committed=delivery_mode(settings).read_committed) as reader,
         transport.open_sink() as sink,
     ):
         static = settings.kafka_static_partitions

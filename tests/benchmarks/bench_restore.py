@@ -91,6 +91,7 @@ from purgatory._core import (
 )
 from purgatory.devtools.broker import EmbeddedBroker
 from purgatory.service.app import kafka_transport
+from purgatory.service.journal.acknowledged import AcknowledgedWriter
 from purgatory.service.journal.changelog import Changelog
 from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
@@ -562,12 +563,10 @@ async def _measure_kafka(
     async with transport.open_sink() as sink, transport.open_reader() as kafka_reader:
         reader = TimedReader(kafka_reader)
         delivered = [0]
-        changelog = Changelog(
-            sink,
-            topic=changelog_topic,
-            max_record_bytes=settings.max_record_bytes,
-            delivered=lambda _partition: delivered[0],
+        writer = AcknowledgedWriter(
+            sink, topic=changelog_topic, delivered=lambda _partition: delivered[0]
         )
+        changelog = Changelog(writer, max_record_bytes=settings.max_record_bytes)
         async with trio.open_nursery() as nursery:
             await nursery.start(changelog.run)
             engine = Engine(config, partition=0, journal=changelog.journal_for(0))

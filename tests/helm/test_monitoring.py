@@ -21,11 +21,11 @@ import pytest
 import trio
 import trio.testing
 
-from purgatory._core import Engine, EngineConfig
+from purgatory._core import Engine, EngineConfig, EngineStatistics
 from purgatory.devtools.broker import EmbeddedBroker, free_port
 from purgatory.service.app import run_service
 from purgatory.service.settings import Settings
-from purgatory.service.telemetry.metrics import Metrics
+from purgatory.service.telemetry.metrics import Metrics, PartitionStatus
 from purgatory.service.telemetry.stats import OutboxStatistics
 from reaper import Clock, CompletionExecutor, Reaper
 from tests.helm._chart import (
@@ -278,6 +278,32 @@ def test_the_memory_alert_tells_what_to_do() -> None:
     assert "holds in memory" in description
 
 
+class _Engines:
+    """One engine, as the service's partition table sums them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def engine_statistics(self) -> EngineStatistics:
+        return self._engine.statistics()
+
+
+class _Idle:
+    """A ready replica's source (no lag, no partitions) and an empty outbox."""
+
+    def statistics(self) -> OutboxStatistics:
+        return OutboxStatistics(0, 0, 0, 0, 0, 0, 0)
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return {}
+
+    def is_ready(self) -> bool:
+        return True
+
+    def partition_status(self) -> list[PartitionStatus]:
+        return []
+
+
 def _scrape(metrics: Metrics) -> dict[str, float]:
     """The unlabelled samples of a scrape: name -> value."""
     samples: dict[str, float] = {}
@@ -297,12 +323,12 @@ async def test_the_executor_lag_alert_stays_quiet_once_the_executor_is_idle(
     metrics = Metrics()
     engine = Engine(EngineConfig(), start_ms=0)
     metrics.bind(
-        engine_stats=engine.statistics,
-        executor_stats=executor.statistics,
-        reaper_stats=Reaper(engine, executor, Clock()).statistics,
-        consumer_lag=dict,
-        ready=lambda: True,
-        outbox_stats=lambda: OutboxStatistics(0, 0, 0, 0, 0, 0, 0),
+        engines=_Engines(engine),
+        executor=executor,
+        reaper=Reaper(engine, executor, Clock()),
+        outbox=_Idle(),
+        source=_Idle(),
+        status=_Idle(),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(executor.run)

@@ -8,7 +8,7 @@ import pytest
 
 from purgatory._codec import Limits
 from purgatory._core import ConfigError
-from purgatory.service.app import kafka_config, kafka_transport, limits_of
+from purgatory.service.app import kafka_transport
 from purgatory.service.dispatch.follow import FollowerConfig
 from purgatory.service.kafka.clients import KafkaTransport
 from purgatory.service.kafka.config import KafkaClientConfig
@@ -48,7 +48,6 @@ def test_the_kafka_clients_connect_as_the_settings_say(settings: Settings) -> No
         "sasl_plain_username": "svc",
         "sasl_plain_password": "hunter2-password",
     }
-    assert kafka_config(settings) == config  # the composition root's, until it calls this
 
 
 def test_the_transport_takes_its_bounds_from_the_settings(settings: Settings) -> None:
@@ -76,7 +75,6 @@ def test_the_follower_hands_over_within_the_grace(settings: Settings) -> None:
 def test_the_codec_limits_come_from_a_settings_method(settings: Settings) -> None:
     limits = settings.to_limits()
     assert limits == Limits(max_key_bytes=64, max_record_bytes=2_000_000)
-    assert limits_of(settings) == limits
 
 
 def test_limits_the_codec_refuses_are_a_config_error() -> None:

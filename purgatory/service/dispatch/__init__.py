@@ -1,6 +1,8 @@
-"""Decoded inputs to the engine of their scope's partition.
+"""Decoded inputs to the engine of their scope's partition, and each partition's life here.
 
-It takes registrations, signals, watermarks and cancels from ingress, admits them against the
-quotas (``admission``) and the ``reply_to`` policy (``reply_to``), applies each to the engine of
-its partition (``partitions``), and gives the outcomes the engines decided to the journal.
+The partition table (``table``) says which engine serves which partition; the dispatcher
+(``dispatcher``) admits each input against the quotas (``admission``) and the ``reply_to``
+policy (``reply_to``), applies it to its partition's engine and returns what it decided; the
+read model (``reads``) answers lookups and long polls (``waiters``); the follower (``follow``)
+takes, restores, serves, fences and hands over partitions.
 """

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import trio
 
 from purgatory._core import BadRecordError, TransportError
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.dispatcher import Dispatcher
 from purgatory.service.egress.outbox import Outbox
 from purgatory.service.journal.changelog import Changelog, Gate
 from purgatory.service.journal.release import Release
@@ -49,7 +49,7 @@ from purgatory.service.ownership.life import Life, LifeEvent, LifeTable, Partiti
 from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
-from reaper import Clock
+from reaper import Clock, Reaper
 
 __all__ = ["Follower", "FollowerConfig"]
 
@@ -91,7 +91,8 @@ class Follower:
 
     Args:
         source: the input topics' consumer (what it holds is what this replica was given).
-        state: the engines of the partitions served.
+        dispatcher: applies inputs to the engines of the partitions served (its table is
+            where a restored partition is served).
         reader: reads the changelog at restore (None: a partition starts empty).
         changelog: the journal's writer (None: no journal).
         gate: what the journal holds back (its :meth:`~Gate.durable`).
@@ -102,12 +103,13 @@ class Follower:
         clock: the time source (the engines' epoch ms).
         config: the topics and bounds.
         table: the partitions' lives (this follower is the only one that moves them).
+        reaper: woken once a partition is served (its overdue operations are due at once).
     """
 
     def __init__(
         self,
         source: RecordSource,
-        state: ServiceState,
+        dispatcher: Dispatcher,
         reader: LogReader | None,
         *,
         changelog: Changelog | None,
@@ -118,9 +120,12 @@ class Follower:
         clock: Clock,
         config: FollowerConfig,
         table: LifeTable,
+        reaper: Reaper | None = None,
     ) -> None:
         self._source = source
-        self._state = state
+        self._dispatcher = dispatcher
+        self._partitions = dispatcher.table
+        self._reaper = reaper
         self._reader = reader
         self._changelog = changelog
         self._gate = gate
@@ -182,7 +187,9 @@ class Follower:
     def _held_back(self, partition: int) -> bool:
         """Whether ``partition`` is not to be restored now: inputs are stopped, or it is beyond
         the partitions the service started with (an input topic grew: it has no journal)."""
-        return self._state.inputs_stopped is not None or partition >= self._state.partitions
+        return (
+            self._partitions.inputs_stopped is not None or partition >= self._partitions.partitions
+        )
 
     # -- taken -> restoring -> serving --------------------------------------------------------
 
@@ -226,7 +233,7 @@ class Follower:
             await self._changelog.open_partition(partition)
         if self._reader is None:  # no journal: the partition starts empty
             status.seconds = 0.0
-            engine = self._state.new_engine(partition, start_ms=0)
+            engine = self._partitions.new_engine(partition, start_ms=0)
             return Restored(engine, {}, [], 0, 0, status)
         _log.info("partition_restoring", partition=partition, attempt=restores)
         return await restore_partition(
@@ -234,8 +241,8 @@ class Follower:
             topic=self._config.changelog_topic,
             snapshots_topic=self._config.snapshots_topic,
             partition=partition,
-            config=self._state.config,
-            journal=self._state.journal(partition),
+            config=self._partitions.config,
+            journal=self._partitions.journal(partition),
             progress=status,
         )
 
@@ -250,10 +257,14 @@ class Follower:
         restored.progress.overdue = engine.resume(self._clock.now_ms())
         topics = self._config.input_topics
         epochs = {t: self._source.resume_epoch(t, partition) for t in topics}
-        self._state.serve(
+        self._partitions.serve(
             partition, engine, acked=restored.acked, positions=positions, epochs=epochs
         )
-        self._state.redeliver(restored.resend)
+        if self._reaper is not None:
+            self._reaper.wake()
+        if restored.resend:  # journaled already: straight to the outbox's order
+            self._dispatcher.resent(restored.resend)
+            self._release.resent(restored.resend)
         await self._source.resume({(t, partition): positions.get(t) for t in topics})
         if positions:  # the group's offsets follow the journal, after the re-sent outcomes
             self._release.consumed(partition, {(t, partition): o for t, o in positions.items()})
@@ -293,7 +304,7 @@ class Follower:
             return  # no longer held: its last record was void, nothing else to do
         life = self.table.on(partition, LifeEvent.FENCED, trio.current_time())
         if life.state is PartitionState.FENCED:
-            self._state.drop(partition)
+            self._partitions.drop(partition)
             _log.warning(
                 "partition_restore_deferred",
                 partition=partition,
@@ -322,7 +333,7 @@ class Follower:
                 continue  # not held, or handed over by another call already
             serving = life.state is PartitionState.SERVING
             self.table.on(partition, LifeEvent.REVOKED, now)
-            self._state.drop(partition, keep_acked=serving)
+            self._partitions.drop(partition, keep_acked=serving)
             moved[partition] = serving
         return moved
 
@@ -342,7 +353,7 @@ class Follower:
                 await changelog.mark_delivered(serving)
             done = True
         for partition in serving:
-            self._state.forget_acked(partition)
+            self._partitions.forget_acked(partition)
         now = trio.current_time()
         for partition in sorted(moved):
             if changelog is not None:  # a record still in flight checks itself (its ``at``)

@@ -15,11 +15,11 @@ topic per typo. So a ``reply_to`` is allowed only when it is:
 and never, whatever the settings say, a name starting with ``_`` (Kafka's internal topics) or
 one of the service's own topics (requests, signals, dead letters, changelog, snapshots).
 
-The check belongs to intake: :meth:`ServiceState.register
-<purgatory.service.dispatch.partitions.ServiceState.register>` applies it to every registration,
-from HTTP
-and Kafka alike. A journaled registration replayed at restore does not pass through it: it was
-accepted under the settings of its time, and its callback is still delivered where it asked.
+The check belongs to intake: :meth:`Dispatcher.register
+<purgatory.service.dispatch.dispatcher.Dispatcher.register>` applies it to every registration,
+from HTTP and Kafka alike. A journaled registration replayed at restore does not pass through
+it: it was accepted under the settings of its time, and its callback is still delivered where
+it asked.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ from purgatory.service.egress.receipts import Receipts
 from purgatory.service.egress.records import Records, Ref, due_ms
 from purgatory.service.egress.sender import Sender
 from purgatory.service.egress.settler import Settler
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, RecordSink, SendFailure
+from purgatory.service.kafka.transport import OutRecord, RecordSink, Refusal, SendFailure
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
 from purgatory.service.telemetry.stats import OutboxStatistics
@@ -159,29 +159,15 @@ class Outbox:
         """
         self._backlog.put(outcomes)
 
-    def put_dead_letter(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None:
-        """Queue the dead letter of a consumed ``record``, with why it was refused.
-
-        Args:
-            record: the input record.
-            reason: what was wrong with it.
-            field: the offending field, or None.
-            label: the metric's reason label (``invalid`` or ``refused``).
-            scope: the record's scope, when it decoded (the letter's Kafka key).
+    def put_dead_letter(self, refusal: Refusal) -> None:
+        """Queue the dead letter of a consumed record, with why it was refused (its ``label``
+        is the metric's reason: ``invalid`` or ``refused``).
 
         Raises:
             trio.ClosedResourceError: the outbox was closed.
         """
-        full, bare = self._records.input_letters(record, reason=reason, field=field, scope=scope)
-        self._backlog.put_letter(Ref(full, None, record.topic, label, bare))
+        full, bare = self._records.input_letters(refusal)
+        self._backlog.put_letter(Ref(full, None, refusal.record.topic, refusal.label, bare))
 
     def put_commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit ``offsets`` once everything queued before them is acknowledged."""
@@ -223,11 +209,9 @@ class Outbox:
             topic = outcome.reply_to or callbacks_topic
             self._receipts.acknowledged(Ref(OutRecord(topic, None, b""), outcome))
 
-    def letter_for(
-        self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
-    ) -> OutRecord:
+    def letter_for(self, refusal: Refusal) -> OutRecord:
         """The dead letter of a refused input record, to write in a transaction."""
-        return self._records.input_letters(record, reason=reason, field=field, scope=scope)[0]
+        return self._records.input_letters(refusal)[0]
 
     def letter_settled(self, letter: OutRecord, *, source_topic: str, label: str) -> None:
         """``letter`` was committed elsewhere (in a transaction): count it as acknowledged."""

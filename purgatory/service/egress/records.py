@@ -30,7 +30,7 @@ from purgatory._codec import (
     encode_dead_letter,
 )
 from purgatory._core import Outcome
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.kafka.transport import OutRecord, Refusal, SendFailure
 
 __all__ = ["Chunk", "Entry", "Offsets", "Records", "Ref", "due_ms"]
 
@@ -136,21 +136,14 @@ class Records:
         size = len(record.value)
         return _over_limit(size, self.max_record_bytes) if size > self.max_record_bytes else None
 
-    def input_letters(
-        self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
-    ) -> tuple[OutRecord, OutRecord]:
-        """The dead letter of a refused input record, and its bare twin.
-
-        Args:
-            record: the input record.
-            reason: what was wrong with it.
-            field: the offending field, or None.
-            scope: the record's scope, when it decoded (the letter's Kafka key).
-        """
+    def input_letters(self, refusal: Refusal) -> tuple[OutRecord, OutRecord]:
+        """The dead letter of a refused input record (its reason, the field at fault, its scope
+        as the letter's Kafka key when it decoded that far), and its bare twin."""
+        record = refusal.record
         return self._letters(
-            scope=scope,
-            reason=reason,
-            field=field,
+            scope=refusal.scope,
+            reason=refusal.reason,
+            field=refusal.field,
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,

@@ -4,7 +4,8 @@ Everything the service must write because of its inputs flows into one object, t
 :class:`Release`: the outcomes an engine decides, the dead letters of refused input records,
 and the input offsets a consumed batch reached. It holds them until the entries that caused
 them are durable, then hands them to egress (the :class:`Outlet`: the outbox's callbacks, dead
-letters, offset commits, and the acknowledgements that follow). The composition root picks one:
+letters, offset commits, and the acknowledgements that follow). The delivery mode picks one
+(:mod:`purgatory.service.journal.modes`):
 
 * :class:`JournaledRelease` (``PURGATORY_DELIVERY=acknowledged``): after the changelog
   acknowledges the batch that holds the entries (write-ahead: no callback, no waiter woken, no
@@ -25,8 +26,7 @@ from typing import Protocol
 
 from purgatory._core import Outcome
 from purgatory.service.journal.changelog import Changelog
-from purgatory.service.journal.transactional import TransactionalChangelog
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.kafka.transport import OutRecord, Refusal, SendFailure
 
 __all__ = [
     "ImmediateRelease",
@@ -34,7 +34,6 @@ __all__ = [
     "Outlet",
     "Release",
     "TransactionalRelease",
-    "release_for",
 ]
 
 Offsets = Mapping[tuple[str, int], int]
@@ -45,15 +44,7 @@ class Outlet(Protocol):
 
     def put(self, outcomes: Sequence[Outcome]) -> None: ...
 
-    def put_dead_letter(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None: ...
+    def put_dead_letter(self, refusal: Refusal) -> None: ...
 
     def put_commit(self, offsets: Offsets) -> None: ...
 
@@ -61,9 +52,7 @@ class Outlet(Protocol):
 
     def settled(self, outcomes: Sequence[Outcome]) -> None: ...
 
-    def letter_for(
-        self, record: ConsumedRecord, *, reason: str, field: str | None, scope: str | None
-    ) -> OutRecord: ...
+    def letter_for(self, refusal: Refusal) -> OutRecord: ...
 
     def letter_settled(self, letter: OutRecord, *, source_topic: str, label: str) -> None: ...
 
@@ -77,15 +66,7 @@ class Release(Protocol):
         """The outcomes one input decided (or a restore re-sends)."""
         ...
 
-    def refused(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None:
+    def refused(self, refusal: Refusal) -> None:
         """A consumed record the service refused: its dead letter, with the reason."""
         ...
 
@@ -110,18 +91,10 @@ class JournaledRelease:
         release = functools.partial(self.outlet.put, outcomes)
         self.changelog.after(release, partition=outcomes[0].partition)
 
-    def refused(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None:
+    def refused(self, refusal: Refusal) -> None:
         """Queue the dead letter now (the outbox keeps decision order; the offset commit
         after it waits for the journal)."""
-        self.outlet.put_dead_letter(record, reason=reason, field=field, label=label, scope=scope)
+        self.outlet.put_dead_letter(refusal)
 
     def consumed(self, partition: int, offsets: Offsets) -> None:
         """Commit the offsets once the journal and everything queued before are
@@ -138,7 +111,7 @@ class JournaledRelease:
 class TransactionalRelease:
     """Writes everything in the transaction of the journal record that caused it."""
 
-    changelog: TransactionalChangelog
+    changelog: Changelog
     outlet: Outlet
 
     def decided(self, outcomes: Sequence[Outcome]) -> None:
@@ -150,19 +123,12 @@ class TransactionalRelease:
             release=functools.partial(self.outlet.settled, outcomes),
         )
 
-    def refused(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None:
+    def refused(self, refusal: Refusal) -> None:
         """Attach the dead letter to the record's partition's transaction."""
-        letter = self.outlet.letter_for(record, reason=reason, field=field, scope=scope)
+        letter = self.outlet.letter_for(refusal)
+        record = refusal.record
         settle = functools.partial(
-            self.outlet.letter_settled, letter, source_topic=record.topic, label=label
+            self.outlet.letter_settled, letter, source_topic=record.topic, label=refusal.label
         )
         self.changelog.attach(record.partition, [letter], release=settle)
 
@@ -185,17 +151,9 @@ class ImmediateRelease:
         """Hand ``outcomes`` to egress now."""
         self.outlet.put(outcomes)
 
-    def refused(
-        self,
-        record: ConsumedRecord,
-        *,
-        reason: str,
-        field: str | None,
-        label: str,
-        scope: str | None = None,
-    ) -> None:
+    def refused(self, refusal: Refusal) -> None:
         """Queue the dead letter now."""
-        self.outlet.put_dead_letter(record, reason=reason, field=field, label=label, scope=scope)
+        self.outlet.put_dead_letter(refusal)
 
     def consumed(self, partition: int, offsets: Offsets) -> None:
         """Commit once everything queued before is acknowledged."""
@@ -204,12 +162,3 @@ class ImmediateRelease:
     def resent(self, outcomes: Sequence[Outcome]) -> None:
         """Nothing is journaled, so nothing is ever re-sent; sent if asked."""
         self.outlet.put(outcomes)
-
-
-def release_for(changelog: Changelog | None, outlet: Outlet) -> Release:
-    """The release of a service with ``changelog`` (None: without a journal)."""
-    if changelog is None:
-        return ImmediateRelease(outlet)
-    if isinstance(changelog, TransactionalChangelog):
-        return TransactionalRelease(changelog, outlet)
-    return JournaledRelease(changelog, outlet)

@@ -38,6 +38,7 @@ __all__ = [
     "RecordRefusedError",
     "RecordSink",
     "RecordSource",
+    "Refusal",
     "SendFailure",
     "TransactionAbortedError",
     "Transactions",
@@ -62,6 +63,26 @@ class ConsumedRecord:
     value: bytes | None
     timestamp_ms: int
     epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A consumed record the service refused, and why: what its dead letter says.
+
+    Attributes:
+        record: the record refused.
+        reason: why, naming the field at fault (``key: the message key is null; ...``).
+        field: the field at fault (None: the record as a whole).
+        label: the reason's class in the metrics (``invalid``: bad input; ``refused``: valid,
+            but not taken here: a limit, a conflict, inputs stopped).
+        scope: the record's scope, if it decoded that far.
+    """
+
+    record: ConsumedRecord
+    reason: str
+    field: str | None
+    label: str
+    scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

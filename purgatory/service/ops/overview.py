@@ -32,16 +32,16 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import trio
 
 from purgatory._core import OperationSpec, UsageError
 from purgatory._core.engine.views import View
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.table import PartitionTable
 from purgatory.service.ops.recent import Recent
 
 __all__ = ["MAX_DEADLINES", "MAX_SCOPES", "Overview", "Page", "ui_page"]
@@ -64,13 +64,25 @@ class _Views:
     took_ms: float = 0.0
 
 
+class Now(Protocol):
+    """A clock in epoch milliseconds."""
+
+    def now_ms(self) -> int: ...
+
+
+class Readable(Protocol):
+    """What ``/readyz`` says (``ready`` and ``partitions``)."""
+
+    def readiness(self) -> Mapping[str, object]: ...
+
+
 class Overview:
     """What the operators' page shows, for one replica.
 
     Args:
-        state: the replica's state machine (its engines).
-        now_ms: the service's clock (epoch ms).
-        readiness: ``/readyz``'s data (``ready`` and ``partitions``).
+        table: the partition table (its engines).
+        clock: the service's clock (epoch ms).
+        status: ``/readyz``'s data (``ready`` and ``partitions``).
         recent: the rings of recent outcomes and dead letters.
         scopes: how many busiest scopes to list (1 to :data:`MAX_SCOPES`).
         deadlines: how many earliest deadlines to list (1 to :data:`MAX_DEADLINES`).
@@ -84,10 +96,10 @@ class Overview:
 
     def __init__(
         self,
-        state: ServiceState,
+        table: PartitionTable,
         *,
-        now_ms: Callable[[], int],
-        readiness: Callable[[], Mapping[str, object]],
+        clock: Now,
+        status: Readable,
         recent: Recent,
         scopes: int = MAX_SCOPES,
         deadlines: int = MAX_DEADLINES,
@@ -99,9 +111,9 @@ class Overview:
             raise UsageError(f"scopes must be in [1, {MAX_SCOPES}], got {scopes}")
         if not 1 <= deadlines <= MAX_DEADLINES:
             raise UsageError(f"deadlines must be in [1, {MAX_DEADLINES}], got {deadlines}")
-        self._state = state
-        self._now_ms = now_ms
-        self._readiness = readiness
+        self._table = table
+        self._now_ms = clock.now_ms
+        self._readiness = status.readiness
         self._recent = recent
         self._scopes = scopes
         self._deadlines = deadlines
@@ -116,7 +128,7 @@ class Overview:
         """The overview now (the costly parts as last computed, at most a little old)."""
         views = await self._views()
         readiness = self._readiness()
-        engines = list(self._state.engines())
+        engines = list(self._table.engines())
         recent = self._recent
         return {
             "now_ms": self._now_ms(),
@@ -163,7 +175,7 @@ class Overview:
         scopes: list[tuple[str, int, int]] = []
         deadlines: list[tuple[OperationSpec, int]] = []
         complete = True
-        for engine in self._state.engines():
+        for engine in self._table.engines():
             partition = engine.partition
             busiest, whole = await _drive(engine.busiest_scopes(self._scopes, step=self._step))
             scopes += [(scope, count, partition) for scope, count in busiest]
@@ -172,7 +184,7 @@ class Overview:
             )
             deadlines += [(spec, partition) for spec in earliest]
             complete = complete and whole and all_read
-        serving = self._state.serving()  # a partition dropped meanwhile is left out
+        serving = self._table.serving()  # a partition dropped meanwhile is left out
         scopes = [s for s in scopes if s[2] in serving]
         deadlines = [d for d in deadlines if d[1] in serving]
         scopes.sort(key=lambda s: (-s[1], s[0]))

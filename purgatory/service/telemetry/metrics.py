@@ -8,11 +8,11 @@ base units (seconds, bytes, counts):
 * histograms (``*_seconds``) of latencies, observed by the shell;
 * the process's own (``process_resident_memory_bytes``, CPU seconds, open files), from
   prometheus-client's process collector;
-* gauges computed at scrape time: a collector calls the zero-argument callables given to
-  :meth:`Metrics.bind` and turns the frozen statistics records they return into gauge samples,
-  so a gauge is never stale and nothing has to be updated on the hot path.
+* gauges computed at scrape time: a collector asks the parts given to :meth:`Metrics.bind` for
+  their statistics and turns the frozen records they return into gauge samples, so a gauge is
+  never stale and nothing has to be updated on the hot path.
 
-:meth:`Metrics.render` runs those callables, so call it from the trio thread that owns the state
+:meth:`Metrics.render` asks them, so call it from the trio thread that owns the state
 (a plain HTTP route does). A callable that raises loses only its own gauges for that scrape (the
 failure is logged); the rest of the scrape goes on.
 """
@@ -23,7 +23,7 @@ import bisect
 import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
@@ -48,8 +48,12 @@ __all__ = [
     "LATENCY_BUCKETS_S",
     "REGISTRATION_RESULTS",
     "WAIT_BUCKETS_S",
+    "Counted",
+    "Engines",
+    "Lagging",
     "Metrics",
     "PartitionStatus",
+    "Status",
 ]
 
 #: The ``result`` label values of ``purgatory_registrations_total``.
@@ -77,6 +81,7 @@ LATENCY_BUCKETS_S = (
 _log = get_logger()
 
 _S = TypeVar("_S")
+_S_co = TypeVar("_S_co", covariant=True)
 
 
 def _seconds(ms: float) -> float:
@@ -128,6 +133,32 @@ class PartitionStatus:
     state: str = "serving"
     fenced: int = 0
     reason: str | None = None
+
+
+class Counted(Protocol[_S_co]):
+    """A part that counts what it does: a frozen record at each call."""
+
+    def statistics(self) -> _S_co: ...
+
+
+class Engines(Protocol):
+    """The engines of the partitions served, their counts summed."""
+
+    def engine_statistics(self) -> EngineStatistics: ...
+
+
+class Lagging(Protocol):
+    """A consumer: records behind the end, by ``(topic, partition)``."""
+
+    def lag(self) -> dict[tuple[str, int], int]: ...
+
+
+class Status(Protocol):
+    """Whether the service serves, and the input partitions it holds."""
+
+    def is_ready(self) -> bool: ...
+
+    def partition_status(self) -> list[PartitionStatus]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,38 +491,36 @@ class Metrics:
     def bind(
         self,
         *,
-        engine_stats: Callable[[], EngineStatistics],
-        executor_stats: Callable[[], ExecutorStatistics],
-        reaper_stats: Callable[[], ReaperStatistics],
-        consumer_lag: Callable[[], dict[tuple[str, int], int]],
-        ready: Callable[[], bool],
-        outbox_stats: Callable[[], OutboxStatistics],
-        partitions: Callable[[], list[PartitionStatus]] = list,
-        journal: Callable[[], ChangelogStatistics] | None = None,
+        engines: Engines,
+        executor: Counted[ExecutorStatistics],
+        reaper: Counted[ReaperStatistics],
+        outbox: Counted[OutboxStatistics],
+        source: Lagging,
+        status: Status,
+        journal: Counted[ChangelogStatistics] | None = None,
     ) -> None:
-        """Set the callables the gauges are computed from at each scrape (again: replace them).
+        """Set the parts the gauges are read from at each scrape (again: replace them).
 
         Until this is called the scrape has only ``purgatory_info`` and ``purgatory_ready 0``.
 
         Args:
-            engine_stats: the engine's ``statistics``.
-            executor_stats: the completion executor's ``statistics``.
-            reaper_stats: the reaper's ``statistics``.
-            consumer_lag: records behind the end, by ``(topic, partition)``.
-            ready: whether the service serves.
-            outbox_stats: the outbox's ``statistics`` (records not yet acknowledged).
-            partitions: the input partitions held, served or restoring.
-            journal: the journal writer's counts (None: no journal).
+            engines: the partitions' engines (their summed ``engine_statistics``).
+            executor: the completion executor.
+            reaper: the reaper.
+            outbox: the outbox (records not yet acknowledged).
+            source: the input topics' consumer (records behind the end, its ``lag``).
+            status: whether the service serves, and the input partitions held.
+            journal: the journal's writer (None: no journal).
         """
         self._collector.sources = _Sources(
-            engine_stats,
-            executor_stats,
-            reaper_stats,
-            outbox_stats,
-            consumer_lag,
-            ready,
-            partitions,
-            journal,
+            engines.engine_statistics,
+            executor.statistics,
+            reaper.statistics,
+            outbox.statistics,
+            source.lag,
+            status.is_ready,
+            status.partition_status,
+            journal.statistics if journal is not None else None,
         )
 
     def bind_snapshots(
@@ -509,10 +538,10 @@ class Metrics:
         """
         self._snapshots.bind(snapshots=snapshots, snapshotter=snapshotter)
 
-    def bind_layout(self, status: Callable[[], LayoutStatus]) -> None:
+    def bind_layout(self, layout: Counted[LayoutStatus]) -> None:
         """Set what the topics' partition counts and the mismatch flag are read from at each
         scrape (the service's :class:`~purgatory.service.ownership.layout.TopicLayout`)."""
-        self._layout.bind(status)
+        self._layout.bind(layout.statistics)
 
     def outcome(self, outcome: Outcome, *, now_ms: int) -> None:
         """Count a delivered outcome and observe its latencies.

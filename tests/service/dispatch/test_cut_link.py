@@ -67,7 +67,7 @@ async def _replica(
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: service.run(stop, serve_http=False))
-            while len(service.state.serving()) < 2:
+            while len(service.table.serving()) < 2:
                 await trio.sleep(0.01)
             yield service, source
             stop.set()
@@ -93,13 +93,13 @@ async def test_a_record_in_flight_behind_a_cut_link_that_lands_after_the_new_own
             _register(broker, scope, "b", ["k"], timeout_ms=3_000)
             _register(broker, scope, "other", ["j"], timeout_ms=600_000)
             await trio.sleep(0.5)
-            assert a.state.lookup(scope, "b") is not None
+            assert a.reads.lookup(scope, "b") is not None
 
             link_a.cut()  # A is cut from the broker, with nothing in flight yet
 
             async def write_in_a() -> None:
                 # A client's signal reaches A over HTTP: applied, journaled, not acknowledged.
-                a.state.signal(SignalRecord(scope=scope, key="k"))
+                a.flow.signal(SignalRecord(scope=scope, key="k"))
                 try:
                     await a.gate.durable([0], bounded=True)
                     stale_answer.append("ok")
@@ -109,7 +109,7 @@ async def test_a_record_in_flight_behind_a_cut_link_that_lands_after_the_new_own
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(write_in_a)
                 await trio.sleep(0.1)
-                found = a.state.lookup(scope, "b")
+                found = a.reads.lookup(scope, "b")
                 assert found is not None and found[1] is not None  # completed in A's memory
                 assert found[1].outcome.value == "completed"
 
@@ -129,7 +129,7 @@ async def test_a_record_in_flight_behind_a_cut_link_that_lands_after_the_new_own
                         await source_a.revoke({(t, p) for t in INPUTS for p in (0, 1)})
                     await trio.sleep(3)
                     assert b.changelog is not None
-                    b_serves = b.state.serving()
+                    b_serves = b.table.serving()
                 assert b_serves == {0, 1}
             a_fenced = a.changelog.fenced if a.changelog is not None else 0
 

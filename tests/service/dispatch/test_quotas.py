@@ -16,7 +16,9 @@ from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
 from purgatory._core.engine.footprint import operation_bytes, signal_bytes
 from purgatory._core.engine.model import SignalFact
 from purgatory.service.dispatch.admission import MEMORY_BASE_BYTES, OWNER_BYTES, RESTORED_CLIENT
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.dispatcher import Dispatcher
+from purgatory.service.dispatch.table import PartitionTable
+from purgatory.service.dispatch.waiters import Waiters
 
 DAY_MS = 86_400_000
 
@@ -35,34 +37,32 @@ def serving(
     max_pending_per_client: int = 0,
     max_pending_bytes_per_client: int = 0,
     max_memory_bytes: int = 0,
-) -> tuple[ServiceState, Clock]:
+) -> tuple[Dispatcher, Clock]:
     clock = Clock()
-    state = ServiceState(
+    table = PartitionTable(
         config if config is not None else EngineConfig(),
         partitions=2,
-        now_ms=clock,
-        max_deadline_ahead_ms=DAY_MS,
         max_pending_per_client=max_pending_per_client,
         max_pending_bytes_per_client=max_pending_bytes_per_client,
         max_memory_bytes=max_memory_bytes,
     )
     for partition in range(2):
-        state.serve(partition, state.new_engine(partition, start_ms=0))
-    return state, clock
+        table.serve(partition, table.new_engine(partition, start_ms=0))
+    return Dispatcher(table, Waiters(), now_ms=clock, max_deadline_ahead_ms=DAY_MS), clock
 
 
-def two_scopes(state: ServiceState) -> tuple[str, str]:
+def two_scopes(state: Dispatcher) -> tuple[str, str]:
     """Two scopes of different partitions."""
-    scopes = {state.partition_of(f"run-{i}"): f"run-{i}" for i in range(20)}
+    scopes = {state.table.partition_of(f"run-{i}"): f"run-{i}" for i in range(20)}
     return scopes[0], scopes[1]
 
 
 def register(
-    state: ServiceState, scope: str, op_id: str, *, client: str | None, **kw: object
+    state: Dispatcher, scope: str, op_id: str, *, client: str | None, **kw: object
 ) -> RegistrationStatus:
     keys = kw.pop("keys", (f"{op_id}-done",))
     request = RegisterRequest(op_id=op_id, scope=scope, keys=keys, timeout_ms=60_000, **kw)  # type: ignore[arg-type]
-    return state.register(request, client=client).status
+    return state.register(request, client=client).result.status
 
 
 # -- per client ----------------------------------------------------------------------------------
@@ -83,9 +83,9 @@ def test_one_client_over_two_scopes_hits_its_own_limit_and_the_others_go_on() ->
     assert register(state, two, "b2", client="B") is RegistrationStatus.PENDING
     # A retry of a pending operation adds nothing: it is not refused.
     assert register(state, one, "a1", client="A") is RegistrationStatus.DUPLICATE
-    assert state.admission.usage("A")[0] == 3
+    assert state.table.admission.usage("A")[0] == 3
     # Outcomes give the quota back: a completion, a cancel, an expiry.
-    assert state.signal(SignalRecord(one, "a1-done"), client="B") == 1
+    assert state.signal(SignalRecord(one, "a1-done"), client="B").result == 1
     assert register(state, one, "a4", client="A") is RegistrationStatus.PENDING
     state.cancel(CancelRequest(op_id="a2", scope=two))
     assert register(state, one, "a5", client="A") is RegistrationStatus.PENDING
@@ -100,9 +100,10 @@ def test_an_expiry_gives_the_quota_back() -> None:
     with pytest.raises(LimitError):
         register(state, scope, "second", client="A")
     clock.now += 60_000
-    [expired] = state.advance_clock(clock.now)
+    [decision] = state.advance_clock(clock.now)
+    [expired] = decision.outcomes
     assert expired.op_id == "first"
-    assert state.admission.usage("A") == (0, 0)
+    assert state.table.admission.usage("A") == (0, 0)
     register(state, scope, "second", client="A")
 
 
@@ -127,13 +128,13 @@ def test_600_operations_of_60_kb_are_refused_by_bytes_where_a_count_let_them_pas
         except LimitError as exc:
             assert exc.field == "max_pending_bytes_per_client"
             refused += 1
-    size = operation_bytes(state.pending(scope)[0])
+    size = operation_bytes(state.table.engine_of(scope).pending(scope)[0])
     assert size > 60_000
     assert accepted == budget // size < 600
     assert refused == 600 - accepted
-    count, held = state.admission.usage("A")
+    count, held = state.table.admission.usage("A")
     assert count == accepted and held == accepted * size <= budget
-    assert state.engine_statistics().pending_bytes == held
+    assert state.table.engine_statistics().pending_bytes == held
     # Another client still registers.
     register(state, scope, "small", client="B")
 
@@ -157,17 +158,17 @@ def test_restored_operations_are_held_by_the_client_restored() -> None:
     scope, _ = two_scopes(state)
     register(state, scope, "a1", client="A")
     register(state, scope, "a2", client="A")
-    partition = state.partition_of(scope)
-    engine = state.engine_of(scope)
+    partition = state.table.partition_of(scope)
+    engine = state.table.engine_of(scope)
     restored = restore_engine(snapshot_engine(engine), now_ms=engine.clock_ms)
-    state.drop(partition)
-    assert state.admission.usage("A") == (0, 0)
-    state.serve(partition, restored)
-    count, held = state.admission.usage(RESTORED_CLIENT)
+    state.table.drop(partition)
+    assert state.table.admission.usage("A") == (0, 0)
+    state.table.serve(partition, restored)
+    count, held = state.table.admission.usage(RESTORED_CLIENT)
     assert count == 2 and held == restored.statistics().pending_bytes
     register(state, scope, "a3", client="A")  # A's quota starts empty
-    assert state.signal(SignalRecord(scope, "a1-done")) == 1
-    assert state.admission.usage(RESTORED_CLIENT)[0] == 1
+    assert state.signal(SignalRecord(scope, "a1-done")).result == 1
+    assert state.table.admission.usage(RESTORED_CLIENT)[0] == 1
 
 
 # -- remembered signals ------------------------------------------------------------------------
@@ -186,7 +187,7 @@ def test_remembered_signals_are_capped_per_scope_by_count_and_bytes() -> None:
     assert caught.value.field == "max_remembered_signals_per_scope"
     state.signal(SignalRecord(other, "fact-100"))  # another scope
     register(state, scope, "waiting", client="A", keys=("awaited",))
-    assert state.signal(SignalRecord(scope, "awaited")) == 1  # awaited: taken beyond the cap
+    assert state.signal(SignalRecord(scope, "awaited")).result == 1  # awaited: taken beyond the cap
 
     payload = '"' + "k" * 1_000 + '"'
     config = EngineConfig(max_remembered_bytes_per_scope=48 * 1_600)
@@ -198,7 +199,7 @@ def test_remembered_signals_are_capped_per_scope_by_count_and_bytes() -> None:
             state.signal(SignalRecord(scope, f"fact-{i}", payload=payload))
             taken += 1
     assert caught.value.field == "max_remembered_bytes_per_scope"
-    stats = state.engine_statistics()
+    stats = state.table.engine_statistics()
     assert stats.remembered_signals == taken
     refused = signal_bytes(scope, f"fact-{taken}", SignalFact(0, None, payload))
     assert stats.remembered_bytes <= 48 * 1_600 < stats.remembered_bytes + refused
@@ -225,19 +226,19 @@ def test_the_budget_refuses_growth_but_takes_the_signals_that_operations_await()
             accepted += 1
     assert caught.value.field == "max_memory_bytes"
     assert 5 < accepted < 30
-    assert state.admission.memory_bytes() <= MEMORY_BASE_BYTES + room
+    assert state.table.admission.memory_bytes() <= MEMORY_BASE_BYTES + room
     with pytest.raises(LimitError) as caught:
         state.signal(SignalRecord(scope, "nobody-awaits-it"))
     assert caught.value.field == "max_memory_bytes"
     # The signals that pending operations await are taken, and complete them.
     for i in range(accepted):
-        assert state.signal(SignalRecord(scope if i % 2 else other, f"op-{i}-done")) == 1
-    assert state.engine_statistics().pending == 0
+        assert state.signal(SignalRecord(scope if i % 2 else other, f"op-{i}-done")).result == 1
+    assert state.table.engine_statistics().pending == 0
     # Their outcomes are kept for idempotent retries until outcome_ttl_ms: memory comes back
     # then, not at once.
     clock.now += 10_000
     state.advance_clock(clock.now)
-    assert state.engine_statistics().finished_bytes == 0
+    assert state.table.engine_statistics().finished_bytes == 0
     assert register(state, scope, "after", client="c0") is RegistrationStatus.PENDING
 
 
@@ -245,12 +246,12 @@ def test_without_client_quotas_nothing_is_kept_per_operation() -> None:
     state, _ = serving(max_memory_bytes=MEMORY_BASE_BYTES + 1_000_000)
     scope, _ = two_scopes(state)
     register(state, scope, "x", client="A")
-    engines = sum(engine.memory_bytes for engine in state.engines())
-    assert state.admission.memory_bytes() == MEMORY_BASE_BYTES + engines
+    engines = sum(engine.memory_bytes for engine in state.table.engines())
+    assert state.table.admission.memory_bytes() == MEMORY_BASE_BYTES + engines
     state, _ = serving(max_pending_per_client=5)
     register(state, scope, "x", client="A")
-    engines = sum(engine.memory_bytes for engine in state.engines())
-    assert state.admission.memory_bytes() == MEMORY_BASE_BYTES + engines + OWNER_BYTES
+    engines = sum(engine.memory_bytes for engine in state.table.engines())
+    assert state.table.admission.memory_bytes() == MEMORY_BASE_BYTES + engines + OWNER_BYTES
 
 
 def test_an_engine_alone_reports_its_estimate() -> None:

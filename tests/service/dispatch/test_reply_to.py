@@ -201,8 +201,8 @@ async def test_an_http_registration_to_an_internal_topic_is_a_422_naming_reply_t
             error = response.json()["error"]
             assert error["field"] == "reply_to"
             assert repr(topic) in error["message"] and "allowed: " in error["message"]
-        assert h.state.lookup("s", "x") is None
-        assert h.state.engine_statistics().pending == 0
+        assert h.reads.lookup("s", "x") is None
+        assert h.table.engine_statistics().pending == 0
         ok = {**body, "op_id": "y", "reply_to": "purgatory.reply.team"}
         assert (await h.http.post("/v1/operations", json=ok)).status_code == 201
 
@@ -222,8 +222,8 @@ async def test_a_batch_refuses_only_the_item_whose_reply_to_is_not_allowed(
         results = response.json()["results"]
         assert [r["http_status"] for r in results] == [201, 422, 201]
         assert results[1]["error"].startswith("operations[1].reply_to: ")
-        assert h.state.lookup("s", "b") is None
-        assert h.state.lookup("s", "a") is not None and h.state.lookup("s", "c") is not None
+        assert h.reads.lookup("s", "b") is None
+        assert h.reads.lookup("s", "a") is not None and h.reads.lookup("s", "c") is not None
 
 
 # -- Kafka intake and restore, on the in-memory broker ------------------------------------------
@@ -312,7 +312,7 @@ async def test_a_journaled_registration_to_a_topic_refused_since_is_still_restor
         nursery.start_soon(_run_for, broker, after, 2, services)
         await trio.sleep(1)
         [service] = services
-        spec, outcome = service.state.lookup("s", "kept") or (None, None)
+        spec, outcome = service.reads.lookup("s", "kept") or (None, None)
         assert spec is not None and spec.reply_to == LEGACY and outcome is None
         broker.append(after.topic_signals, b"s", encode_signal(SignalRecord("s", "k", None, None)))
     assert [(v["op_id"], v["outcome"]) for v in _values(broker, LEGACY)] == [("kept", "completed")]

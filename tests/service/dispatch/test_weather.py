@@ -59,8 +59,8 @@ async def _restart_with(
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: service.run(stop, serve_http=False))
-                while watch and not service.is_ready():
-                    partitions = service.readiness()["partitions"]
+                while watch and not service.status.is_ready():
+                    partitions = service.status.readiness()["partitions"]
                     assert isinstance(partitions, dict)
                     waited.extend(p for p in partitions.values() if p.get("reason"))
                     await trio.sleep(0.05)

@@ -281,13 +281,13 @@ async def test_sigterm_delivers_every_expiration_decided_before_the_stop(
         stop.set()
     [service] = services
     expired = [json.loads(r.value or b"") for r in broker.records(CALLBACKS)]
-    decided = service.state.engine_statistics()
+    decided = service.table.engine_statistics()
     assert len(expired) == decided.expired == 4_000 - decided.pending
     assert len({e["op_id"] for e in expired}) == len(expired)
     assert 1_000 < len(expired) < 4_000
     stopped_ms = EPOCH_MS + 1_025
     assert max(e["deadline_ms"] for e in expired) <= stopped_ms  # nothing expired early
-    pending = [spec for engine in service.state.engines() for spec in engine.pending()]
+    pending = [spec for engine in service.table.engines() for spec in engine.pending()]
     assert min(spec.deadline_ms for spec in pending) > stopped_ms  # every due one delivered
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from purgatory._codec import encode_callback
 from purgatory._core import Outcome
 from purgatory.service.egress.outbox import Outbox
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, Refusal, SendFailure
 from purgatory.service.telemetry.logging import configure_logging
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock, CompletionExecutor
@@ -53,13 +53,11 @@ PUBLIC = {
     "acknowledged": "(self) -> 'None'",
     "close": "(self) -> 'None'",
     "closed": "property",
-    "letter_for": "(self, record: 'ConsumedRecord', *, reason: 'str', field: 'str | None',"
-    " scope: 'str | None') -> 'OutRecord'",
+    "letter_for": "(self, refusal: 'Refusal') -> 'OutRecord'",
     "letter_settled": "(self, letter: 'OutRecord', *, source_topic: 'str', label: 'str') -> 'None'",
     "put": "(self, outcomes: 'Sequence[Outcome]') -> 'None'",
     "put_commit": "(self, offsets: 'Mapping[tuple[str, int], int]') -> 'None'",
-    "put_dead_letter": "(self, record: 'ConsumedRecord', *, reason: 'str', field: 'str | None',"
-    " label: 'str', scope: 'str | None' = None) -> 'None'",
+    "put_dead_letter": "(self, refusal: 'Refusal') -> 'None'",
     "records_for": "(self, outcomes: 'Sequence[Outcome]') -> 'list[OutRecord]'",
     "run": "(self, *, task_status: 'trio.TaskStatus[None]' = TASK_STATUS_IGNORED) -> 'None'",
     "settled": "(self, outcomes: 'Sequence[Outcome]') -> 'None'",
@@ -152,7 +150,7 @@ async def test_the_worked_example_of_the_module_docstring(
     fake = broker(refuse)
     async with _outbox(fake) as rig:
         rig.outbox.put([outcome(1)])  # callback(A)
-        rig.outbox.put_dead_letter(_input(11), reason="bad", field=None, label="invalid")
+        rig.outbox.put_dead_letter(Refusal(_input(11), "bad", None, "invalid"))
         rig.outbox.put_commit({(INPUT, 0): 12})
         await trio.sleep(1)
     assert op_ids(fake) == []
@@ -233,9 +231,7 @@ def test_offsets_are_committed_only_once_everything_before_them_is_acknowledged(
                     rig.outbox.put(batch)
                 elif kind == "letter":
                     sequence += 1
-                    rig.outbox.put_dead_letter(
-                        _input(sequence), reason="bad", field=None, label="invalid"
-                    )
+                    rig.outbox.put_dead_letter(Refusal(_input(sequence), "bad", None, "invalid"))
                     puts.append(("letter", sequence))
                 elif kind == "commit":
                     offsets[arg] += 1
@@ -324,7 +320,7 @@ async def test_close_refuses_puts_and_run_returns_once_everything_is_acknowledge
             puts: list[Callable[[], None]] = [
                 lambda: outbox.put([outcome(2)]),
                 lambda: outbox.put_commit({(INPUT, 0): 2}),
-                lambda: outbox.put_dead_letter(_input(0), reason="r", field=None, label="x"),
+                lambda: outbox.put_dead_letter(Refusal(_input(0), "r", None, "x")),
             ]
             for put in puts:
                 with pytest.raises(trio.ClosedResourceError):
@@ -371,7 +367,7 @@ async def test_the_records_of_a_transaction_follow_the_outboxs_policy_and_count_
         assert metrics.registry.get_sample_value("purgatory_callback_errors_total") == 1
 
         outbox.settled([small])
-        input_letter = outbox.letter_for(_input(4), reason="bad", field="keys", scope="s")
+        input_letter = outbox.letter_for(Refusal(_input(4), "bad", "keys", "invalid", "s"))
         assert json.loads(input_letter.value)["offset"] == 4 and input_letter.topic == DEAD
         outbox.letter_settled(input_letter, source_topic=INPUT, label="invalid")
     assert delivered == [small] and dead == [input_letter]

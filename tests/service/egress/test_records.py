@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from purgatory._codec import encode_callback
 from purgatory.service.egress.records import Ref, due_ms
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, Refusal, SendFailure
 from tests.service.egress.parts import CALLBACKS, DEAD, INPUT, REPLY, outcome, records
 
 
@@ -67,7 +67,7 @@ def test_one_record_at_a_time_follows_the_chunks_policy(
 
 def test_an_input_letter_names_its_record_and_its_bare_twin_drops_the_prefixes() -> None:
     record = ConsumedRecord(INPUT, 1, 7, b"k" * 50, b"v" * 5_000, 1_000)
-    full, bare = records().input_letters(record, reason="bad", field="keys", scope="s")
+    full, bare = records().input_letters(Refusal(record, "bad", "keys", "invalid", "s"))
     assert full.topic == bare.topic == DEAD and full.key == bare.key == b"s"
     letter, twin = json.loads(full.value), json.loads(bare.value)
     for wrapped in (letter, twin):
@@ -79,7 +79,7 @@ def test_an_input_letter_names_its_record_and_its_bare_twin_drops_the_prefixes()
 
 def test_a_letter_without_a_scope_is_keyed_by_the_records_key() -> None:
     record = ConsumedRecord(INPUT, 0, 0, b"raw", b"not json", 1_000)
-    full, bare = records().input_letters(record, reason="bad", field=None, scope=None)
+    full, bare = records().input_letters(Refusal(record, "bad", None, "invalid"))
     assert full.key == bare.key == b"raw"
 
 
@@ -87,7 +87,7 @@ def test_a_letter_without_a_scope_is_keyed_by_the_records_key() -> None:
 def test_every_letter_fits_max_record_bytes(key: bytes, value: bytes, reason: str) -> None:
     limit = 2_048
     record = ConsumedRecord(INPUT, 0, 0, key, value, 1_000)
-    for letter in records(limit).input_letters(record, reason=reason, field=None, scope=None):
+    for letter in records(limit).input_letters(Refusal(record, reason, None, "invalid")):
         assert len(letter.key or b"") + len(letter.value) <= limit
 
 

@@ -17,7 +17,7 @@ import trio.testing
 from purgatory._core._backoff import Backoff
 from purgatory.service.egress.records import Ref
 from purgatory.service.egress.settler import Settler
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, Refusal, SendFailure
 from purgatory.service.telemetry.logging import configure_logging
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
@@ -83,7 +83,7 @@ def _callback(i: int, reply_to: str | None = None) -> Ref:
 
 def _letter(fallback: bool = True) -> Ref:
     refused = ConsumedRecord(INPUT, 0, 5, b"k", b"v" * 3_000, 1_000)
-    full, bare = records().input_letters(refused, reason="bad", field=None, scope="s")
+    full, bare = records().input_letters(Refusal(refused, "bad", None, "invalid", "s"))
     return Ref(full, None, INPUT, "invalid", bare if fallback else None)
 
 

@@ -38,7 +38,8 @@ class Harness:
         self.client = client
         self.http = http
         self.service = service
-        self.state = service.state
+        self.table = service.table
+        self.reads = service.reads
         self.clock = service.clock
         self.broker = broker
 
@@ -69,7 +70,7 @@ async def running(
     async with serving(settings, Clock(offset_ms=EPOCH_MS)) as (service, broker):
         if token is not None:
             config = replace(service.http_config, authenticator=Authenticator({"default": token}))
-            service.app = build_app(service.state, config, service.gate)
+            service.app = build_app(service, config)
         transport = httpx.ASGITransport(app=service.app)
         async with (
             AsyncPurgatoryClient("http://api", token=token, transport=transport) as client,
@@ -90,7 +91,7 @@ async def serving(settings: Settings, clock: Clock) -> AsyncIterator[tuple[Servi
         fake.open_source(topics=topics, group_id="g", assignment=None) as source,
     ):
         service = Service(settings, clock, source, sink, reader)
-        service.ready = True
+        service.status.started = True
         async with trio.open_nursery() as nursery:
             await nursery.start(service.executor.run)
             await nursery.start(service.outbox.run)
@@ -98,7 +99,7 @@ async def serving(settings: Settings, clock: Clock) -> AsyncIterator[tuple[Servi
             await nursery.start(service.changelog.run)
             await nursery.start(service.reaper.run)
             nursery.start_soon(service.follower.run)
-            while not service.state.serving():
+            while not service.table.serving():
                 await trio.sleep(0.01)
             yield service, broker
             nursery.cancel_scope.cancel()
@@ -285,7 +286,7 @@ async def test_bad_requests_get_a_4xx_naming_the_field(
         if field is not None:
             assert error["field"] is not None and error["field"].startswith(field), error
         assert error["message"]
-        assert h.state.engine_statistics().pending == 0  # nothing half-applied
+        assert h.table.engine_statistics().pending == 0  # nothing half-applied
 
 
 async def test_writes_need_the_token_when_one_is_set(

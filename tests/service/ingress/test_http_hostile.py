@@ -7,9 +7,9 @@ hypercorn's trio worker on loopback and hold a real socket half-sent, or refused
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -26,13 +26,21 @@ from hypothesis import strategies as st
 
 from purgatory._codec import Limits, RecordError, decode_request, decode_signal
 from purgatory._codec._json import MAX_DEPTH, MAX_PAYLOAD_DEPTH, nesting
-from purgatory._core import EngineConfig
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory._core import EngineConfig, Outcome
+from purgatory.service.dispatch.dispatcher import Dispatcher
+from purgatory.service.dispatch.reads import Reads
+from purgatory.service.dispatch.table import PartitionTable
+from purgatory.service.dispatch.waiters import Waiters
+from purgatory.service.ingress.flow import Flow
 from purgatory.service.ingress.http.app import HttpConfig, build_app
 from purgatory.service.ingress.http.auth import Authenticator
 from purgatory.service.ingress.http.queries import long_poll_wait_s
 from purgatory.service.ingress.http.routes import ROUTES
 from purgatory.service.ingress.http.server import server_config
+from purgatory.service.journal.changelog import Gate, NoJournal
+from purgatory.service.kafka.transport import Refusal
+from purgatory.service.telemetry.metrics import Metrics
+from reaper import Clock
 from tests.service.ingress.test_http import Harness, running
 
 JSON_ROUTES = [route for route in ROUTES if route.body is not None]
@@ -51,11 +59,9 @@ async def api(
         config = replace(
             h.service.http_config,
             authenticator=Authenticator(tokens or {}),
-            observe=lambda route, method, status, _s, client: observed.append(
-                (route, method, status, client)
-            ),
+            metrics=_Observing(h.service.metrics, observed),
         )
-        app = build_app(h.state, config, h.service.gate)
+        app = build_app(h.service, config)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
             yield h, http, observed
@@ -93,7 +99,7 @@ async def test_json_nested_a_thousand_deep_is_a_400_on_every_json_route(
         for body in (deep, inside, b"[" * 5_000):
             error = error_of(await http.post(path, content=body), 400)
             assert error["field"] == "(body)" and "nested too deeply" in error["message"]
-        assert h.state.engine_statistics().pending == 0
+        assert h.table.engine_statistics().pending == 0
 
 
 async def test_payload_depth_is_bounded_the_same_over_http_and_kafka(
@@ -167,7 +173,7 @@ async def test_what_kafka_refuses_http_refuses_with_a_400(
         assert error["field"] == "(body)" and why in error["message"], error
         with pytest.raises(RecordError):
             decode_request(body, Limits())  # the same bytes from Kafka: refused too
-        assert h.state.engine_statistics().pending == 0
+        assert h.table.engine_statistics().pending == 0
 
 
 async def test_a_repeated_name_inside_a_batch_item_is_a_400(
@@ -202,7 +208,7 @@ async def test_unknown_fields_are_a_422_naming_them(
         error = error_of(await http.post(path, json=body), 422)
         assert error["field"] == (field or "watermarks[0].x")
         assert error["message"] == "unknown field"
-        assert h.state.engine_statistics().pending == 0
+        assert h.table.engine_statistics().pending == 0
 
 
 # -- query parameters ---------------------------------------------------------------------------
@@ -405,6 +411,60 @@ async def test_a_cursor_from_a_finished_operation_still_pages_on(
 # -- slow, stalled and refused clients, on a real socket -----------------------------------------
 
 
+class _Observing:
+    """The service's metrics, each answered request also noted as (route, method, status,
+    client)."""
+
+    def __init__(self, metrics: Metrics, observed: Observed) -> None:
+        self._metrics = metrics
+        self._observed = observed
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        return self._metrics.render(accept)
+
+    def http_request(
+        self, route: str, method: str, status: int, seconds: float, client: str = "anonymous"
+    ) -> None:
+        self._observed.append((route, method, status, client))
+
+    def registration(self, result: str) -> None:
+        self._metrics.registration(result)
+
+
+class _Ready:
+    def is_ready(self) -> bool:
+        return True
+
+    def readiness(self) -> dict[str, object]:
+        return {"ready": True}
+
+
+class _NoRelease:
+    """The release of an app that serves no partition: nothing is ever decided."""
+
+    def decided(self, outcomes: Sequence[Outcome]) -> None:
+        raise AssertionError("no partition is served: nothing can be decided")
+
+    def refused(self, refusal: Refusal) -> None:
+        raise AssertionError("no record is consumed")
+
+    def consumed(self, partition: int, offsets: Mapping[tuple[str, int], int]) -> None:
+        raise AssertionError("no record is consumed")
+
+    def resent(self, outcomes: Sequence[Outcome]) -> None:
+        raise AssertionError("no partition is restored")
+
+    async def wait_for_room(self) -> None:
+        raise AssertionError("nothing is ever queued")
+
+
+@dataclass
+class _Served:
+    flow: Flow
+    reads: Reads
+    gate: Gate
+
+
 @asynccontextmanager
 async def served(
     *,
@@ -415,16 +475,21 @@ async def served(
 ) -> AsyncIterator[tuple[str, int]]:
     """The API (an empty state, ``tokens`` if any) served by hypercorn's trio worker on a
     loopback port."""
-    state = ServiceState(
-        EngineConfig(), partitions=1, now_ms=lambda: 0, max_deadline_ahead_ms=60_000
+    table = PartitionTable(EngineConfig(), partitions=1)  # serves no partition
+    waiters = Waiters()
+    dispatcher = Dispatcher(table, waiters, now_ms=lambda: 0, max_deadline_ahead_ms=60_000)
+    nothing_served = _Served(
+        Flow(dispatcher, _NoRelease(), Clock(), egress=_NoRelease()),
+        Reads(table, waiters),
+        NoJournal(),
     )
     config = HttpConfig(
         limits=Limits(),
         max_request_bytes=10_000,
         max_batch=10,
         max_wait_ms=0,
-        ready=lambda: True,
-        metrics=lambda: (b"", "text/plain"),
+        status=_Ready(),
+        metrics=Metrics(),
         openapi={},
         authenticator=Authenticator(tokens or {}),
         body_timeout_s=body_timeout_s,
@@ -439,7 +504,7 @@ async def served(
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            partial(serve, build_app(state, config), hypercorn, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+            partial(serve, build_app(nothing_served, config), hypercorn, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
         )
         host, port = bound[0].removeprefix("http://").rsplit(":", 1)
         yield host, int(port)

@@ -127,8 +127,8 @@ async def test_a_record_without_a_key_or_off_its_scopes_partition_is_dead_letter
     assert _journaled(broker) == [("register", "good")]
     [service] = services
     for op_id in ("no-key", "away"):
-        assert service.state.lookup(SCOPE, op_id) is None
-    found = service.state.lookup(SCOPE, "good")
+        assert service.reads.lookup(SCOPE, op_id) is None
+    found = service.reads.lookup(SCOPE, "good")
     assert found is not None and found[1] is None  # pending
     for topic in (REQUESTS, SIGNALS):
         for p, log in enumerate(broker.topics[topic]):
@@ -139,9 +139,9 @@ async def test_a_record_without_a_key_or_off_its_scopes_partition_is_dead_letter
     await _run_for(broker, 1, again)
     assert broker.records(CALLBACKS) == []
     assert len(broker.records(DEAD)) == 4
-    found = again[0].state.lookup(SCOPE, "good")
+    found = again[0].reads.lookup(SCOPE, "good")
     assert found is not None and found[1] is None
-    assert again[0].state.lookup(SCOPE, "no-key") is None
+    assert again[0].reads.lookup(SCOPE, "no-key") is None
 
 
 async def test_consumed_records_wait_in_their_topics_while_the_journal_is_not_acknowledged(

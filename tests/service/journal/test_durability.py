@@ -260,10 +260,10 @@ async def test_a_crash_at_any_step_then_a_restart_ends_with_each_outcome_once_an
     assert {ident: doc["outcome"] for ident, doc in outcomes.items()} == expected
     assert _journaled_registrations(broker) <= set(outcomes)
     [service] = services
-    stats = service.state.engine_statistics()
+    stats = service.table.engine_statistics()
     assert stats.pending == 0
     assert stats.completed + stats.expired + stats.cancelled == len(expected)
-    assert sum(engine.statistics().sequence for engine in service.state.engines()) == len(expected)
+    assert sum(engine.statistics().sequence for engine in service.table.engines()) == len(expected)
     _check_journal_applies_each_input_once(broker)
     _check_committed(broker)
 
@@ -402,7 +402,7 @@ async def _with_http(
             reader = reader if reader is not None else FakeReader(broker)
             service = Service(HTTP_SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
             services.append(service)
-            service.ready = True
+            service.status.started = True
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.executor.run)
                 await nursery.start(service.outbox.run)
@@ -411,7 +411,7 @@ async def _with_http(
                 await nursery.start(service.reaper.run)
                 nursery.start_soon(service.follower.run)
                 if wait_serving:
-                    while service.state.serving() != frozenset(range(PARTITIONS)):
+                    while service.table.serving() != frozenset(range(PARTITIONS)):
                         await trio.sleep(0.01)
                 transport = httpx.ASGITransport(app=service.app)
                 async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:
@@ -640,7 +640,7 @@ async def test_operations_overdue_while_down_expire_late_after_a_restart_and_sta
         assert partial["missing"] == ["y"] and list(partial["signals"]) == ["x"]
         far = (await http.get("/v1/operation", params=_query("s2", "far"))).json()
         assert far["status"] == "pending"
-        assert service.state.engine_statistics().late == len(OVERDUE)
+        assert service.table.engine_statistics().late == len(OVERDUE)
 
     await _with_http(broker, after)
     _check_outcomes_once(broker)
@@ -683,9 +683,9 @@ async def test_a_restoring_partition_answers_503_with_retry_after_and_readyz_wai
         while not slow <= reader.started:
             await trio.sleep(0.01)
         await trio.sleep(5)  # a slow restore: still not done
-        restoring = service.state.restoring_now()
+        restoring = service.table.restoring_now()
         assert slow <= restoring  # (the others may wait for them, or be served already)
-        assert service.state.serving() == frozenset({0, 1}) - restoring
+        assert service.table.serving() == frozenset({0, 1}) - restoring
         ready = await http.get("/readyz")
         assert ready.status_code == 503 and ready.json()["ready"] is False
         for p, status in ready.json().get("partitions", {}).items():
@@ -709,7 +709,7 @@ async def test_a_restoring_partition_answers_503_with_retry_after_and_readyz_wai
                 else:
                     assert response.status_code < 300, response.text
         release.set()
-        while service.state.serving() != frozenset({0, 1}):
+        while service.table.serving() != frozenset({0, 1}):
             await trio.sleep(0.01)
         ready = await http.get("/readyz")
         assert ready.status_code == 200 and ready.json()["ready"] is True
@@ -761,7 +761,7 @@ async def _running(broker: FakeBroker) -> AsyncIterator[tuple[Service, FakeSourc
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: service.run(stop, serve_http=False))
-            while not service.state.serving():
+            while not service.table.serving():
                 await trio.sleep(0.01)
             yield service, source
             stop.set()
@@ -775,7 +775,7 @@ async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_appli
         f"h{i}" for i in range(100) if broker.partition_for(REQUESTS, f"h{i}".encode()) == 1
     )
     async with _running(broker) as (service, source), trio.open_nursery() as nursery:
-        while 1 not in service.state.serving():
+        while 1 not in service.table.serving():
             await trio.sleep(0.01)
         broker.stall = trio.Event()  # the journal's acknowledgement is held back
         for i in range(5):
@@ -792,7 +792,7 @@ async def test_a_partition_taken_away_is_handed_over_durable_and_no_longer_appli
         nursery.start_soon(rebalance)
         await trio.sleep(1)
         assert not handed.is_set()  # the hand-over waits for the journal
-        assert 1 not in service.state.serving()  # and applies nothing more meanwhile
+        assert 1 not in service.table.serving()  # and applies nothing more meanwhile
         broker.stall.set()
         await handed.wait()
         assert service.changelog.statistics().pending_entries == 0
@@ -830,8 +830,8 @@ async def test_a_partition_another_writer_wrote_to_is_fenced_and_restored_from_t
         _signal(broker, scope, "k")  # this replica completes X, in memory only
         await trio.sleep(1)
         assert service.changelog is not None and service.changelog.fenced == 1
-        assert 0 in service.state.serving()  # restored again, from the log
-        found = service.state.lookup(scope, "X")
+        assert 0 in service.table.serving()  # restored again, from the log
+        found = service.reads.lookup(scope, "X")
         assert found is not None and found[1] is not None
         assert found[1].outcome.value == "cancelled"  # the log's order decided
     outcomes = {

@@ -191,7 +191,7 @@ async def test_two_writers_for_the_whole_load_fence_each_other_and_never_conflic
     first, second = await _two_writers(
         broker, ops, second_at=0, second_for_s=3.0, second_ack_delay_s=second_ack_delay_s
     )
-    fences = sum(first[0].fences.values()) + sum(second[0].fences.values())
+    fences = sum(first[0].follower.fences().values()) + sum(second[0].follower.fences().values())
     assert fences > 0  # they did meet on the changelog
     _check_released_is_the_log(broker, ops)
 
@@ -214,16 +214,16 @@ async def test_a_fenced_partition_is_named_in_the_log_metrics_and_readyz(
                     while True:  # the first writer's /readyz while both write
                         await trio.sleep(0.01)
                         if first:
-                            partitions = first[0].readiness()["partitions"]
+                            partitions = first[0].status.readiness()["partitions"]
                             assert isinstance(partitions, dict)
                             seen += [p for p in partitions.values() if p["state"] == "fenced"]
             await trio.sleep(70)
             stop.set()
     service = first[0]
-    assert service.fences, "the first writer was never fenced"
+    assert service.follower.fences(), "the first writer was never fenced"
     assert seen and all(p["fenced"] >= 1 for p in seen)
     body = service.metrics.render()[0].decode()
-    for partition, count in service.fences.items():
+    for partition, count in service.follower.fences().items():
         assert f'purgatory_partition_fenced_total{{partition="{partition}"}} {count}.0' in body
     events = {doc.get("event") for doc in logged}
     assert {"partition_fenced", "partition_restore_deferred"} <= events

@@ -72,7 +72,7 @@ async def _serving(broker: FakeBroker) -> AsyncIterator[tuple[Service, httpx.Asy
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: service.run(stop, serve_http=False))
-            while not service.ready:
+            while not service.status.started:
                 await trio.sleep(0.01)
             transport = httpx.ASGITransport(app=service.app)
             async with httpx.AsyncClient(base_url="http://api", transport=transport) as http:

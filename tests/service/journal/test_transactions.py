@@ -211,7 +211,7 @@ async def test_a_crash_at_any_step_then_a_restart_leaves_exactly_one_callback_pe
     assert crash.cancelled_caught
     outcomes = _check_exactly_once(coordinator)
     assert {ident: doc["outcome"] for ident, doc in outcomes.items()} == expected
-    stats = service.state.engine_statistics()
+    stats = service.table.engine_statistics()
     assert stats.pending == 0
     _check_committed_journal_applies_each_input_once(broker, coordinator)
     _check_offsets_committed(broker)
@@ -298,8 +298,8 @@ async def test_an_owner_whose_transactional_id_was_taken_releases_nothing_more(
         _register(broker, "s0", "after", ["k2"], timeout_ms=60_000)
         _signal(broker, "s0", "k2")
         await trio.sleep(0.05)
-        assert 0 not in owner.state.serving()  # fenced: dropped at its next commit
-        assert owner.fences.get(0, 0) >= 1
+        assert 0 not in owner.table.serving()  # fenced: dropped at its next commit
+        assert owner.follower.fences().get(0, 0) >= 1
         stop.set()
     committed = {doc["op_id"] for doc in _committed_records(coordinator, CALLBACKS)}
     assert "before" in committed

@@ -3,7 +3,6 @@ pending operations says each still waits for, over the in-memory broker in virtu
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pytest
@@ -11,10 +10,9 @@ import trio
 import trio.testing
 
 from purgatory._core import UsageError
-from purgatory.service.app import limits_of
 from purgatory.service.egress.outbox import Outbox
-from purgatory.service.ingress.intake import run_intake
-from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, SendFailure
+from purgatory.service.ingress.intake import Intake
+from purgatory.service.kafka.transport import ConsumedRecord, OutRecord, Refusal, SendFailure
 from purgatory.service.ops.overview import Overview, ui_page
 from purgatory.service.ops.recent import MAX_TEXT, Recent, Ring
 from reaper import Clock, CompletionExecutor
@@ -66,15 +64,16 @@ async def test_the_overview_shows_partitions_scopes_deadlines_outcomes_and_dead_
         async with trio.open_nursery() as nursery:  # the harness reads no Kafka input itself
             service = h.service
             nursery.start_soon(
-                functools.partial(
-                    run_intake,
+                Intake(
                     service.source,
-                    service.state,
+                    service.flow,
                     service.release,
+                    service.gate,
                     requests_topic=service.settings.topic_requests,
                     signals_topic=service.settings.topic_signals,
-                    limits=limits_of(service.settings),
-                )
+                    limits=service.settings.to_limits(),
+                    egress=service.outbox,
+                ).run
             )
             await trio.sleep(21)  # "soon" expires meanwhile
             nursery.cancel_scope.cancel()
@@ -202,7 +201,7 @@ async def test_a_dead_letter_counts_once_acknowledged_and_once_only(
     async with trio.open_nursery() as nursery:
         await nursery.start(executor.run)
         await nursery.start(outbox.run)
-        outbox.put_dead_letter(record, reason=reason, field="keys", label="invalid")
+        outbox.put_dead_letter(Refusal(record, reason, "keys", "invalid"))
         await outbox.acknowledged()
         nursery.cancel_scope.cancel()
     assert [r.topic for r in sent] == ["dead", "dead"]  # refused, then taken without the value
@@ -233,28 +232,33 @@ def test_a_ring_keeps_the_last_items_newest_first() -> None:
         Recent(lambda: 0, outcomes=101)
 
 
+class _NotReady:
+    def readiness(self) -> dict[str, object]:
+        return {}
+
+
 async def test_the_overview_bounds_its_lists(autojump_clock: trio.testing.MockClock) -> None:
     async with running(token=TOKEN) as h:
         with pytest.raises(UsageError, match="scopes"):
             Overview(
-                h.state,
-                now_ms=h.clock.now_ms,
-                readiness=dict,
+                h.table,
+                clock=h.clock,
+                status=_NotReady(),
                 recent=Recent(h.clock.now_ms),
                 scopes=101,
             )
         with pytest.raises(UsageError, match="deadlines"):
             Overview(
-                h.state,
-                now_ms=h.clock.now_ms,
-                readiness=dict,
+                h.table,
+                clock=h.clock,
+                status=_NotReady(),
                 recent=Recent(h.clock.now_ms),
                 deadlines=0,
             )
         small = Overview(
-            h.state,
-            now_ms=h.clock.now_ms,
-            readiness=dict,
+            h.table,
+            clock=h.clock,
+            status=_NotReady(),
             recent=Recent(h.clock.now_ms),
             scopes=2,
             deadlines=3,

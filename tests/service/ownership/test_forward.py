@@ -135,12 +135,10 @@ async def replica_0(
         assert service.forwarder is not None
         await service.forwarder.aclose()
         service.forwarder = owner
-        service.app = build_app(
-            service.state, dataclasses.replace(service.http_config, forwarder=owner), service.gate
-        )
+        service.app = build_app(service, dataclasses.replace(service.http_config, forwarder=owner))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: service.run(trio.Event(), serve_http=False))
-            while not service.state.serving():
+            while not service.table.serving():
                 await trio.sleep(0.01)
             transport = httpx.ASGITransport(app=service.app)
             async with httpx.AsyncClient(base_url="http://replica-0", transport=transport) as http:
@@ -192,7 +190,7 @@ async def test_a_batch_is_split_by_owner_and_the_local_part_applied_here(
         results = (await http.post("/v1/operations:batch", json={"operations": ops})).json()
         assert [r["op_id"] for r in results["results"]] == ["a", "b", "c", "d"]  # in order
         assert owner.sent[0]["body"] == {"operations": [ops[1], ops[3]]}
-        assert service.state.lookup(LOCAL, "a") is not None
+        assert service.reads.lookup(LOCAL, "a") is not None
         signals = [{"scope": s, "key": "k"} for s in (LOCAL, REMOTE, REMOTE)]
         answer = (await http.post("/v1/signals", json={"signals": signals})).json()
         assert owner.sent[1]["body"] == {"signals": signals[1:]}
@@ -208,7 +206,7 @@ async def test_a_batch_whose_owner_refuses_its_part_applies_nothing_here(
         signals = [{"scope": LOCAL, "key": "k"}, {"scope": REMOTE, "key": "k"}]
         answer = await http.post("/v1/signals", json={"signals": signals})
         assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
-        found = service.state.lookup(LOCAL, "a")
+        found = service.reads.lookup(LOCAL, "a")
         assert found is not None and found[1] is None  # the local signal was not applied
 
 
@@ -284,7 +282,7 @@ async def test_an_owner_that_accepts_and_never_answers_is_a_503_within_the_journ
             batch, took_s = await _timed(http.post("/v1/signals", json={"signals": signals}))
             assert took_s == WAIT_MS / 1000
             _says_unanswered(batch, maybe_applied=True)
-            found = service.state.lookup(LOCAL, "a")
+            found = service.reads.lookup(LOCAL, "a")
             assert found is not None and found[1] is None  # nor is the local part applied
 
 
@@ -324,7 +322,7 @@ async def test_a_registration_batch_whose_owner_is_unreachable_answers_its_items
             answer = await http.post("/v1/operations:batch", json={"operations": ops})
             assert answer.status_code == 200
             mine, theirs = answer.json()["results"]
-            assert mine["http_status"] == 201 and service.state.lookup(LOCAL, "a") is not None
+            assert mine["http_status"] == 201 and service.reads.lookup(LOCAL, "a") is not None
             assert theirs["http_status"] == 503 and theirs["op_id"] == "b"
             assert "did not answer in time" in theirs["error"]
 

@@ -140,7 +140,7 @@ async def test_a_topic_that_gains_partitions_while_running_stops_the_inputs(
         _register(broker, STAYS, "cancel-me", ["never"], timeout_ms=3_600_000)
         _register(broker, STAYS, "timer", [], timeout_ms=20_000)
         await trio.sleep(1)
-        assert service.is_ready()
+        assert service.status.is_ready()
         committed = dict(broker.committed)
 
         with structlog.testing.capture_logs() as logs:
@@ -152,7 +152,7 @@ async def test_a_topic_that_gains_partitions_while_running_stops_the_inputs(
         ]
 
         # /readyz: not ready, and why.
-        readiness = service.readiness()
+        readiness = service.status.readiness()
         assert readiness["ready"] is False
         assert readiness["topics"] == {
             t: 4 if t == grown else 2 for t in (REQUESTS, SIGNALS, CHANGELOG, SNAPSHOTS)
@@ -188,7 +188,7 @@ async def test_a_topic_that_gains_partitions_while_running_stops_the_inputs(
             assert read.json()["status"] == "pending"
 
         for op_id in ("barrier", "cancel-me"):
-            found = service.state.lookup(STAYS, op_id)
+            found = service.reads.lookup(STAYS, op_id)
             assert found is not None and found[1] is None, op_id  # still pending
         # Expirations and deliveries go on; nothing else was decided.
         assert [(c["op_id"], c["outcome"]) for c in _values(broker, CALLBACKS)] == [

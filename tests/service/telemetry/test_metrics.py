@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import pytest
 from hypothesis import given
@@ -31,6 +33,8 @@ from purgatory.service.telemetry.stats import (
     SupervisorStatistics,
 )
 from reaper import ExecutorStatistics, ReaperStatistics
+
+T = TypeVar("T")
 
 ENGINE = EngineStatistics(
     pending=12,
@@ -91,6 +95,13 @@ def outcome(kind: OutcomeKind, *, registered_ms: int = 0, outcome_ms: int = 2_00
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Counts(Generic[T]):
+    """A part whose statistics a test hands over."""
+
+    statistics: Callable[[], T]
+
+
 class Fakes:
     """Statistics that a test changes between scrapes."""
 
@@ -98,31 +109,41 @@ class Fakes:
         self.engine = ENGINE
         self.executor = EXECUTOR
         self.reaper = REAPER
-        self.lag: dict[tuple[str, int], int] = {("purgatory.signals", 0): 3}
+        self.lag_by_partition: dict[tuple[str, int], int] = {("purgatory.signals", 0): 3}
         self.ready = True
         self.layout = LayoutStatus({"purgatory.requests": 2, "purgatory.changelog": 2}, 2)
 
     def bind(self, metrics: Metrics) -> None:
         metrics.bind(
-            engine_stats=lambda: self.engine,
-            executor_stats=lambda: self.executor,
-            reaper_stats=lambda: self.reaper,
-            consumer_lag=lambda: dict(self.lag),
-            ready=lambda: self.ready,
-            outbox_stats=lambda: OUTBOX,
-            partitions=lambda: [
-                PartitionStatus(0, True, 12, 0.5),
-                PartitionStatus(1, False, 3, 0.1),
-            ],
-            journal=lambda: ChangelogStatistics(
-                batches=3, records=4, entries=40, bytes=4_000, retries=0, pending_entries=2
+            engines=self,
+            executor=Counts(lambda: self.executor),
+            reaper=Counts(lambda: self.reaper),
+            outbox=Counts(lambda: OUTBOX),
+            source=self,
+            status=self,
+            journal=Counts(
+                lambda: ChangelogStatistics(
+                    batches=3, records=4, entries=40, bytes=4_000, retries=0, pending_entries=2
+                )
             ),
         )
         metrics.bind_snapshots(
             snapshots=lambda: [SnapshotStatus(0, 42.5, 7, 100, found=True)],
             snapshotter=lambda: SupervisorStatistics(starts=3, restarts=2, pid=9, last_exit=-9),
         )
-        metrics.bind_layout(lambda: self.layout)
+        metrics.bind_layout(Counts(lambda: self.layout))
+
+    def engine_statistics(self) -> EngineStatistics:
+        return self.engine
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return dict(self.lag_by_partition)
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    def partition_status(self) -> list[PartitionStatus]:
+        return [PartitionStatus(0, True, 12, 0.5), PartitionStatus(1, False, 3, 0.1)]
 
 
 def scrape(metrics: Metrics) -> dict[str, list[Sample]]:
@@ -220,7 +241,7 @@ def test_gauges_are_computed_at_scrape_time() -> None:
     fakes.engine = dataclasses.replace(ENGINE, pending=13, sequence=105)
     fakes.executor = dataclasses.replace(EXECUTOR, queued=0, last_lag_ms=0)
     fakes.reaper = dataclasses.replace(REAPER, max_lateness_ms=40)
-    fakes.lag = {("purgatory.signals", 0): 0, ("purgatory.requests", 11): 8}
+    fakes.lag_by_partition = {("purgatory.signals", 0): 0, ("purgatory.requests", 11): 8}
     fakes.ready = False
     second = scrape(metrics)
     assert value(second, "purgatory_pending_operations") == 13
@@ -298,13 +319,18 @@ def test_a_failing_source_loses_only_its_gauges() -> None:
     def broken() -> EngineStatistics:
         raise RuntimeError("engine gone")
 
+    class Broken(Fakes):
+        def engine_statistics(self) -> EngineStatistics:
+            return broken()
+
+    fakes = Broken()
     metrics.bind(
-        engine_stats=broken,
-        executor_stats=lambda: EXECUTOR,
-        reaper_stats=lambda: REAPER,
-        consumer_lag=dict,
-        ready=lambda: True,
-        outbox_stats=lambda: OUTBOX,
+        engines=fakes,
+        executor=Counts(lambda: EXECUTOR),
+        reaper=Counts(lambda: REAPER),
+        outbox=Counts(lambda: OUTBOX),
+        source=fakes,
+        status=fakes,
     )
     samples = scrape(metrics)
     assert "purgatory_pending_operations" not in samples

@@ -47,11 +47,15 @@ from starlette.routing import Route, request_response
 from starlette.types import Receive, Scope, Send
 
 from purgatory._core import PurgatoryError
-from purgatory.service.dispatch.partitions import ServiceState
 from purgatory.service.errors import NotServingError, OwnerUnansweredError
 from purgatory.service.ingress.http.answers import HttpError, as_http_error, error_response
 from purgatory.service.ingress.http.auth import ANONYMOUS, AuthError
-from purgatory.service.ingress.http.context import HttpConfig, RequestContext, context_of
+from purgatory.service.ingress.http.context import (
+    HttpConfig,
+    RequestContext,
+    Served,
+    context_of,
+)
 from purgatory.service.ingress.http.forwarding import (
     ForwardRefusedError,
     forward_to_owner,
@@ -62,7 +66,6 @@ from purgatory.service.ingress.http.queries import long_poll_wait_s
 from purgatory.service.ingress.http.routes import ROUTES
 from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers
 from purgatory.service.ingress.http.table import ApiRoute
-from purgatory.service.journal.changelog import Gate, NoJournal
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["HttpConfig", "build_app"]
@@ -106,7 +109,7 @@ async def _serve(request: Request, label: str, route: ApiRoute | None, allow: st
         response = answered
     elapsed_s = trio.current_time() - start
     status = response.status_code
-    ctx.config.observe(label, request.method, status, elapsed_s, client)
+    ctx.config.metrics.http_request(label, request.method, status, elapsed_s, client)
     if status == 401:  # who tried, from where: the only clue an operator gets
         peer = request.client.host if request.client is not None else None
         _log.warning("http_unauthorized", route=label, method=request.method, peer=peer)
@@ -162,14 +165,15 @@ class _Path:
         await self._app(scope, receive, send)
 
 
-def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None) -> Starlette:
-    """The Starlette application serving :data:`ROUTES` over ``state``.
+def build_app(served: Served, config: HttpConfig) -> Starlette:
+    """The Starlette application serving :data:`ROUTES` over ``served``: writes through its
+    ``flow``, reads from its ``reads``.
 
-    A write is answered once ``gate`` (the journal) has it acknowledged: a 2xx means it survives
-    a crash. Reads see the engine as it is, writes not yet acknowledged included. A request for
-    a scope another replica owns is forwarded to it (``config.forwarder``); a batch is split by
-    owner, the other owners' parts forwarded first, then the local part applied. An answer
-    given before the request's body was read keeps the connection usable (see
+    A write is answered once ``served.gate`` (the journal) has it acknowledged: a 2xx means it
+    survives a crash. Reads see the engine as it is, writes not yet acknowledged included. A
+    request for a scope another replica owns is forwarded to it (``config.forwarder``); a batch
+    is split by owner, the other owners' parts forwarded first, then the local part applied. An
+    answer given before the request's body was read keeps the connection usable (see
     :class:`~purgatory.service.ingress.http.server.EarlyAnswers`).
     """
     by_path: dict[str, dict[str, ApiRoute]] = {}
@@ -188,5 +192,5 @@ def build_app(state: ServiceState, config: HttpConfig, gate: Gate | None = None)
             )
         ],
     )
-    app.state.purgatory = RequestContext(state, config, gate if gate is not None else NoJournal())
+    app.state.purgatory = RequestContext(served.flow, served.reads, config, served.gate)
     return app

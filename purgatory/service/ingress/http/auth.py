@@ -19,7 +19,11 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from purgatory.service.telemetry.logging import get_logger
+
 __all__ = ["ANONYMOUS", "AuthError", "Authenticator"]
+
+_log = get_logger()
 
 ANONYMOUS = "anonymous"
 _SCHEME = "bearer "
@@ -48,6 +52,16 @@ class Authenticator:
     def clients(self) -> list[str]:
         """The names of the known clients (``anonymous`` when the API is open)."""
         return [name for name, _ in self._digests] or [ANONYMOUS]
+
+    def warn_if_open(self, addresses: list[str]) -> None:
+        """Log ``api_open`` (a warning) if no token is required on ``addresses``."""
+        if not self._digests:
+            _log.warning(
+                "api_open",
+                http=addresses,
+                detail="no API token is set: anyone who reaches these addresses can"
+                " register and cancel any operation",
+            )
 
     def identify(self, authorization: str | None) -> str:
         """The calling client's name.

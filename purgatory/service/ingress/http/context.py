@@ -1,6 +1,7 @@
 """What every HTTP handler is given (service layer): the configuration of the routes, and the
 request context that :func:`~purgatory.service.ingress.http.app.build_app` keeps on the
-application's state (the state machine, the configuration, the journal's gate).
+application's state (the inputs' flow, the read model, the configuration, the journal's
+gate).
 
 A handler finds its context with :func:`context_of` and the client that auth named with
 :func:`client_of`; everything else it reads from the request through :mod:`.bodies` and
@@ -9,46 +10,96 @@ A handler finds its context with :func:`context_of` and the client that auth nam
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 
 from purgatory._codec import Limits
-from purgatory.service.dispatch.partitions import ServiceState
+from purgatory.service.dispatch.reads import Reads
+from purgatory.service.dispatch.table import PartitionTable
+from purgatory.service.ingress.flow import Flow
 from purgatory.service.ingress.http.auth import ANONYMOUS, Authenticator
 from purgatory.service.ingress.http.server import BODY_TIMEOUT_S
 from purgatory.service.journal.changelog import Gate
 from purgatory.service.ownership.forward import Forwarder
 
-__all__ = ["HttpConfig", "RequestContext", "client_of", "context_of"]
+__all__ = [
+    "HttpConfig",
+    "HttpMetrics",
+    "OverviewSource",
+    "Owners",
+    "RequestContext",
+    "Served",
+    "Status",
+    "client_of",
+    "context_of",
+]
+
+
+class Status(Protocol):
+    """Whether the replica serves (``/readyz``)."""
+
+    def is_ready(self) -> bool: ...
+
+    def readiness(self) -> Mapping[str, object]: ...
+
+
+class HttpMetrics(Protocol):
+    """What the routes count, and the scrape they serve."""
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]: ...
+
+    def http_request(
+        self, route: str, method: str, status: int, seconds: float, client: str = "anonymous"
+    ) -> None: ...
+
+    def registration(self, result: str) -> None: ...
+
+
+class Owners(Protocol):
+    """Where each partition's owner answers (None: here, or nowhere known)."""
+
+    def url_of(self, partition: int) -> str | None: ...
+
+
+class OverviewSource(Protocol):
+    """The operators' overview (``GET /v1/overview``)."""
+
+    async def snapshot(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class HttpConfig:
-    """What the routes need besides the state machine.
+    """What the routes need besides the inputs' flow and the read model.
 
-    ``observe`` is called once per request with the route (its path, or ``(unknown)``), the
-    method, the status, the seconds it took and the client's name. ``overview`` answers
-    ``GET /v1/overview`` (None: that route answers 404).
+    ``metrics.http_request`` is called once per request with the route (its path, or
+    ``(unknown)``), the method, the status, the seconds it took and the client's name.
+    ``overview`` answers ``GET /v1/overview`` (None: that route answers 404); ``owners`` says
+    where to forward a scope another replica owns (None: nowhere).
     """
 
     limits: Limits
     max_request_bytes: int
     max_batch: int
     max_wait_ms: int
-    ready: Callable[[], bool]
-    metrics: Callable[[], tuple[bytes, str]]
+    status: Status
+    metrics: HttpMetrics
     openapi: Mapping[str, Any]
     authenticator: Authenticator = field(default_factory=lambda: Authenticator({}))
-    observe: Callable[[str, str, int, float, str], None] = lambda route, method, status, s, c: None
-    count_registration: Callable[[str], None] = lambda result: None
-    readiness: Callable[[], Mapping[str, object]] | None = None
     forwarder: Forwarder | None = None
-    owner_url: Callable[[int], str | None] = lambda partition: None
+    owners: Owners | None = None
     body_timeout_s: float = BODY_TIMEOUT_S
-    overview: Callable[[], Awaitable[Mapping[str, Any]]] | None = None
+    overview: OverviewSource | None = None
+
+
+class Served(Protocol):
+    """What an application serves: the service's parts the routes reach."""
+
+    flow: Flow
+    reads: Reads
+    gate: Gate
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +107,21 @@ class RequestContext:
     """What the handlers serve: kept on the application's state by ``build_app``.
 
     Attributes:
-        state: the state machine the routes read and write.
+        flow: where writes go (dispatch, release, wake).
+        reads: the read model (lookups, pages, long polls).
         config: the routes' configuration.
         gate: the journal, which says when a write is durable.
     """
 
-    state: ServiceState
+    flow: Flow
+    reads: Reads
     config: HttpConfig
     gate: Gate
+
+    @property
+    def table(self) -> PartitionTable:
+        """The partition table (which partitions are served here)."""
+        return self.reads.table
 
 
 def context_of(request: Request) -> RequestContext:

@@ -48,7 +48,8 @@ def owner_url_for(ctx: RequestContext, request: Request, partition: int) -> str 
     request already forwarded, or no other owner known)."""
     if ctx.config.forwarder is None or FORWARDED_BY in request.headers:
         return None
-    return ctx.config.owner_url(partition)
+    owners = ctx.config.owners
+    return owners.url_of(partition) if owners is not None else None
 
 
 async def forward_to_owner(
@@ -80,9 +81,9 @@ def split_by_owner(
     """The batch's item indexes to apply here, and those to forward, by owner URL."""
     local: list[int] = []
     remote: dict[str, list[int]] = {}
-    serving = ctx.state.serving()
+    serving = ctx.table.serving()
     for index, scope in enumerate(scopes):
-        partition = ctx.state.partition_of(scope)
+        partition = ctx.table.partition_of(scope)
         url = None if partition in serving else owner_url_for(ctx, request, partition)
         if url is None:
             local.append(index)

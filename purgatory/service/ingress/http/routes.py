@@ -75,15 +75,15 @@ async def create_operation(request: Request) -> Response:
         req = decode_request(as_record(body, "register", ""), ctx.config.limits)
     except (RecordError, HttpError) as exc:
         if not isinstance(exc, HttpError) or exc.status in (400, 422):
-            ctx.config.count_registration("invalid")
+            ctx.config.metrics.registration("invalid")
         raise
     assert isinstance(req, RegisterRequest)
     try:
         status, answer = _register(ctx, req, client_of(request), retry=is_retry_request(request))
     except RecordError:  # a policy of this replica's, e.g. a reply_to not allowed
-        ctx.config.count_registration("invalid")
+        ctx.config.metrics.registration("invalid")
         raise
-    await ctx.gate.durable([ctx.state.partition_of(req.scope)], bounded=True)
+    await ctx.gate.durable([ctx.table.partition_of(req.scope)], bounded=True)
     return JSONResponse(answer, status_code=status)
 
 
@@ -97,7 +97,7 @@ async def create_operations(request: Request) -> Response:
         )
     except HttpError as exc:
         if exc.status in (400, 422):
-            ctx.config.count_registration("invalid")
+            ctx.config.metrics.registration("invalid")
         raise
     client, retry = client_of(request), is_retry_request(request)
     local, remote = split_by_owner(ctx, request, [req.scope for req in decoded])
@@ -115,12 +115,12 @@ async def create_operations(request: Request) -> Response:
             assert mapped is not None  # each of these has an answer
             message = mapped.message
             if isinstance(exc, RecordError):  # a policy of this replica's (a reply_to)
-                ctx.config.count_registration("invalid")
+                ctx.config.metrics.registration("invalid")
                 message = f"operations[{index}].{exc.field}: {exc.reason}"
             status = mapped.status
             answer = {"scope": req.scope, "op_id": req.op_id, "error": message}
         results[index] = {"http_status": status, **answer}
-    await ctx.gate.durable({ctx.state.partition_of(decoded[i].scope) for i in local}, bounded=True)
+    await ctx.gate.durable({ctx.table.partition_of(decoded[i].scope) for i in local}, bounded=True)
     return JSONResponse({"results": results})
 
 
@@ -129,7 +129,7 @@ def _register(
 ) -> tuple[int, dict[str, Any]]:
     """Apply one registration for ``client`` (``retry``: see :mod:`purgatory._codec._retry`);
     its status code and answer."""
-    reg = ctx.state.register(req, client=client, retry=retry)
+    reg = ctx.flow.register(req, client=client, retry=retry)
     status = 201 if reg.status.value in ("pending", "completed") else 200
     return status, registration_json(req, reg)
 
@@ -167,10 +167,10 @@ async def list_operations(request: Request) -> Response:
     most = ctx.config.max_batch
     limit = query_int(request, "limit", default=min(_DEFAULT_PAGE, most), minimum=1, maximum=most)
     after = cursor_after(ctx, request)
-    specs = ctx.state.pending_page(scope, after=after, limit=limit + 1)
+    specs = ctx.reads.pending_page(scope, after=after, limit=limit + 1)
     page = specs[:limit]
     next_cursor = page_cursor(page[-1].op_id) if len(specs) > limit else None
-    engine = ctx.state.engine_of(scope)
+    engine = ctx.table.engine_of(scope)
     operations = []
     for spec in page:
         missing = engine.missing_keys(spec)  # O(keys): a lookup each, no TTL refreshed
@@ -199,7 +199,7 @@ async def get_operation(request: Request) -> Response:
     """``GET /v1/operation``."""
     ctx = context_of(request)
     scope, op_id = scope_and_op_id(request)
-    found = ctx.state.lookup(scope, op_id)
+    found = ctx.reads.lookup(scope, op_id)
     if found is None:
         raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
     spec, outcome = found
@@ -225,7 +225,7 @@ async def wait_operation(request: Request) -> Response:
         request, "timeout_ms", default=min(30_000, most), minimum=0, maximum=most
     )
     try:
-        outcome = await ctx.state.wait(scope, op_id, timeout_ms)
+        outcome = await ctx.reads.wait(scope, op_id, timeout_ms)
     except NotServingError:
         raise  # 503 with Retry-After, not "unknown"
     except UsageError as exc:
@@ -246,10 +246,10 @@ async def cancel_operation(request: Request) -> Response:
     """``DELETE /v1/operation``."""
     ctx = context_of(request)
     scope, op_id = scope_and_op_id(request)
-    outcome = ctx.state.cancel(CancelRequest(op_id=op_id, scope=scope))
-    await ctx.gate.durable([ctx.state.partition_of(scope)], bounded=True)
+    outcome = ctx.flow.cancel(CancelRequest(op_id=op_id, scope=scope))
+    await ctx.gate.durable([ctx.table.partition_of(scope)], bounded=True)
     if outcome is None:
-        found = ctx.state.lookup(scope, op_id)
+        found = ctx.reads.lookup(scope, op_id)
         if found is None:
             raise HttpError(404, f"op_id {op_id!r} is not known in scope {scope!r}", "op_id")
         earlier = found[1]
@@ -276,12 +276,12 @@ async def _forward_others_first(
         ForwardRefusedError: an owner refused its part (its answer is the batch's).
     """
     local, remote = split_by_owner(ctx, request, [r.scope for r in records])
-    serving = ctx.state.serving()
+    serving = ctx.table.serving()
     for index in local:  # every local part must be servable before anything is applied
-        partition = ctx.state.partition_of(records[index].scope)
+        partition = ctx.table.partition_of(records[index].scope)
         if partition not in serving:
-            raise NotServingError(partition, restoring=partition in ctx.state.restoring_now())
-        ctx.state.check_inputs(partition)
+            raise NotServingError(partition, restoring=partition in ctx.table.restoring_now())
+        ctx.table.check_inputs(partition)
     answers: list[dict[str, Any]] = []
     for _indexes, answered in await forward_parts(ctx, request, payload, name, remote):
         if isinstance(answered, OwnerUnansweredError):
@@ -301,8 +301,8 @@ async def post_signals(request: Request) -> Response:
     )
     local, forwarded = await _forward_others_first(ctx, request, payload, "signals", records)
     client = client_of(request)
-    completed = sum(ctx.state.signal(records[i], client=client) for i in local)
-    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
+    completed = sum(ctx.flow.signal(records[i], client=client) for i in local)
+    await ctx.gate.durable({ctx.table.partition_of(records[i].scope) for i in local}, bounded=True)
     completed += sum(answer.get("completed", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "completed": completed})
 
@@ -315,8 +315,8 @@ async def post_watermarks(request: Request) -> Response:
         ctx, payload, "watermarks", kind="watermark", decode=decode_signal, cls=WatermarkRecord
     )
     local, forwarded = await _forward_others_first(ctx, request, payload, "watermarks", records)
-    moved = sum(ctx.state.watermark(records[i]) for i in local)
-    await ctx.gate.durable({ctx.state.partition_of(records[i].scope) for i in local}, bounded=True)
+    moved = sum(ctx.flow.watermark(records[i]) for i in local)
+    await ctx.gate.durable({ctx.table.partition_of(records[i].scope) for i in local}, bounded=True)
     moved += sum(answer.get("moved", 0) for answer in forwarded)
     return JSONResponse({"accepted": len(records), "moved": moved})
 
@@ -326,7 +326,7 @@ async def overview(request: Request) -> Response:
     config = context_of(request).config
     if config.overview is None:
         raise HttpError(404, "this server keeps no overview", None)
-    return JSONResponse(await config.overview())
+    return JSONResponse(await config.overview.snapshot())
 
 
 async def ui(request: Request) -> Response:
@@ -343,14 +343,14 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     """``GET /readyz``."""
     config = context_of(request).config
-    ready = config.ready()
-    body = config.readiness() if config.readiness is not None else {"ready": ready}
+    ready = config.status.is_ready()
+    body = config.status.readiness()
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
 async def metrics(request: Request) -> Response:
     """``GET /metrics``."""
-    data, content_type = context_of(request).config.metrics()
+    data, content_type = context_of(request).config.metrics.render()
     return Response(data, media_type=content_type)
 
 

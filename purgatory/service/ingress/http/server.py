@@ -32,8 +32,12 @@ too, but would hold the answer back from a client that waits for it before it se
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "MAX_INCOMPLETE_BYTES",
     "READ_GRACE_S",
     "EarlyAnswers",
+    "serve_app",
     "server_config",
 ]
 
@@ -77,6 +82,19 @@ def server_config(
     config.keep_alive_timeout = keep_alive_timeout_s
     config.h11_max_incomplete_size = MAX_INCOMPLETE_BYTES
     return config
+
+
+async def serve_app(
+    app: Starlette,
+    config: HypercornConfig,
+    *,
+    stopped: trio.Event,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` with hypercorn's trio worker until ``stopped`` (then gracefully, within
+    ``config.graceful_timeout``); the bound addresses go to ``task_status``."""
+    asgi: Any = app  # hypercorn's framework type does not name Starlette
+    await serve(asgi, config, shutdown_trigger=stopped.wait, task_status=task_status)
 
 
 class _Body:
