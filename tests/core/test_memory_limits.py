@@ -433,8 +433,8 @@ class AccountingMachine(RuleBasedStateMachine):
         engine = self.engine
         found = recount(engine)
         stats = engine.statistics()
-        assert engine._pending_bytes_by_scope == found["pending"]
-        assert engine._remembered_by_scope == found["remembered"]
+        assert engine.tally.pending_bytes_by_scope == found["pending"]
+        assert engine.tally.remembered_by_scope == found["remembered"]
         assert stats.pending_bytes == sum(found["pending"].values())
         assert stats.remembered_signals == sum(c for c, _ in found["remembered"].values())
         assert stats.remembered_bytes == sum(b for _, b in found["remembered"].values())

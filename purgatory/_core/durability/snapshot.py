@@ -14,10 +14,11 @@ Format, version 1::
 
 Restoring at ``now_ms`` rebuilds each pending operation in bulk: its spec without re-validation
 and its watch entries without the condition checks of a registration, both vouched for by the
-snapshot (see ``Engine._restore_pending``). Each keeps its ``late`` flag, so a restore at the
-snapshot's own clock rebuilds exactly the state that was saved (a journal tail replayed on it then
-decides the same outcomes); restored at a later ``now_ms``, one whose deadline has passed meanwhile
-is flagged ``late`` and expires at the next steps, at most ``max_fire_per_step`` at a time.
+snapshot (see :meth:`~purgatory._core.engine.lifecycle.Lifecycle.restore`). Each keeps its
+``late`` flag, so a restore at the snapshot's own clock rebuilds exactly the state that was saved
+(a journal tail replayed on it then decides the same outcomes); restored at a later ``now_ms``,
+one whose deadline has passed meanwhile is flagged ``late`` and expires at the next steps, at
+most ``max_fire_per_step`` at a time.
 A snapshot of an unknown version or a damaged one raises :class:`BadRecordError`.
 """
 
@@ -46,12 +47,13 @@ _MAGIC = b"PURGATORY-SNAPSHOT\n"
 def snapshot_engine(engine: Engine) -> bytes:
     """Serialize ``engine`` to bytes (see the module docstring for the format)."""
     now = engine.clock_ms
+    progress = engine._progress
     doc = {
         "clock_ms": now,
         "partition": engine.partition,
-        "sequence": engine._sequence,
-        "counts": {kind.value: n for kind, n in engine._counts.items()},
-        "late": engine._late,
+        "sequence": progress.sequence,
+        "counts": {kind.value: n for kind, n in progress.counts.items()},
+        "late": progress.late,
         "operations": [
             [*_spec_row(op.spec), op.registered_ms, op.late] for op in engine._ops.values()
         ],
@@ -96,10 +98,11 @@ def restore_engine(
             config, start_ms=max(now_ms, doc["clock_ms"]), partition=doc.get("partition", 0)
         )
         now = engine.clock_ms
-        engine._sequence = doc["sequence"]
+        progress = engine._progress
+        progress.sequence = doc["sequence"]
         for kind in OutcomeKind:
-            engine._counts[kind] = doc["counts"][kind.value]
-        engine._late = doc["late"]
+            progress.counts[kind] = doc["counts"][kind.value]
+        progress.late = doc["late"]
         for scope, watermark in doc["watermarks"].items():
             engine.keyed.advance_watermark(scope, watermark)
         for scope, key, last_access, signalled, event_time, payload in doc["signals"]:
@@ -112,13 +115,14 @@ def restore_engine(
                 (spec.scope, spec.op_id), done, last_access_ms=last_access, now_ms=now
             )
         later = now_ms > doc["clock_ms"]
-        passed = engine._deadline_passed
+        life = engine.lifecycle
+        passed = life.deadline_passed
         for row in doc["operations"]:
             spec = _trusted_spec(row)
             # The flag as it was (a restore at the snapshot's own clock rebuilds the same state),
             # or overdue since then (a restore at a later time).
             late = (len(row) == 12 and row[11] is True) or (later and passed(spec))
-            engine._restore_pending(spec, registered_ms=row[10], late=late)
+            life.restore(spec, registered_ms=row[10], late=late)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BadRecordError(f"snapshot: malformed document ({exc})") from exc
     engine._journal = journal

@@ -1,40 +1,57 @@
-"""The engine's byte budget (core concept: estimated bytes and their limits; sans-IO, stdlib only).
+"""The engine's limits (core concept: refusing what would be too much; sans-IO, stdlib only).
 
-What the engine holds, in estimated bytes (:mod:`purgatory._core.engine.footprint`), and the limits
-on it: :class:`_Budget`, a mixin of :class:`~purgatory._core.engine.engine.Engine`, keeps the totals
-of pending operations, remembered signals and finished operations, per scope and per engine, up
-to date on every change, and refuses with a :class:`LimitError` the input that would cross
-``max_pending_bytes_per_scope``, ``max_remembered_signals_per_scope``,
-``max_remembered_bytes_per_scope`` or ``max_signal_bytes_per_operation``, before it changes
-anything.
+:class:`Budget`, a part of the :class:`~purgatory._core.engine.engine.Engine`, refuses the input
+that would cross a limit, with a :class:`LimitError` whose ``field`` names it, before the input
+changes anything: ``max_pending``, ``max_pending_per_scope``, ``max_pending_bytes_per_scope``,
+``max_remembered_signals_per_scope``, ``max_remembered_bytes_per_scope`` and
+``max_signal_bytes_per_operation``. What is held, in operations and in estimated bytes, is
+counted by the :class:`~purgatory._core.engine.state.Tally` (with
+:mod:`purgatory._core.engine.footprint`'s formulas); the budget reads it, with the pending
+operations, the remembered signals and the purgatory's watch lists, from the engine's shared
+state given at construction, and is told the time by each check. It answers the admission
+control of the service too: what an operation or a signal would add, and whether a signal is
+awaited.
+
+A part rather than a base class of the engine: its reads are named in its constructor, it
+changes nothing but expired signals (cleaned up before a refusal, so that a restored engine
+decides the same), and each check is one call from the engine's hot paths; a limit left at its
+default (no limit) costs no estimate at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from purgatory._core._errors import LimitError, SizeLimitError
-from purgatory._core.engine.engine_types import _NO_LIMIT, EngineConfig, _Finished, _Op
-from purgatory._core.engine.footprint import finished_bytes, operation_bytes, signal_bytes
+from purgatory._core.engine.engine_types import _NO_LIMIT, EngineConfig, _Op
+from purgatory._core.engine.footprint import operation_bytes, signal_bytes, utf8_len
 from purgatory._core.engine.model import OperationSpec, SignalFact
-from purgatory._core.flink.ttl_state import TtlState
-from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
+from purgatory._core.engine.state import EngineState
+
+__all__ = ["Budget"]
 
 
-class _Budget:
-    """The engine's estimated bytes and the limits on them (a mixin of the Engine)."""
+class Budget:
+    """The engine's limits, in counts and in estimated bytes.
 
-    # The Engine's state these methods read and update (set by Engine.__init__).
-    config: EngineConfig
-    purgatory: DelayedOperationPurgatory
-    signals: TtlState[tuple[str, str], SignalFact]
-    _now: int
-    _pending_bytes: int
-    _pending_bytes_by_scope: dict[str, int]
-    _remembered_bytes: int
-    _remembered_by_scope: dict[str, list[int]]  # scope -> [count, bytes]
-    _finished_bytes: int
-    awaits: Callable[[str, str], bool]  # the Engine's query (purgatory._core.engine.views)
+    Args:
+        config: the limits.
+        state: the engine's shared state; read here: the tally, the pending operations, the
+            remembered signals (expired ones are cleaned up before a refusal) and the
+            purgatory's watch lists.
+    """
+
+    def __init__(self, config: EngineConfig, state: EngineState) -> None:
+        self._config = config
+        self._tally = state.tally
+        self._ops = state.ops
+        self._signals = state.signals
+        self._purgatory = state.purgatory
+        self._pending_bytes_limited = config.max_pending_bytes_per_scope < _NO_LIMIT
+        self._remembered_limited = (
+            config.max_remembered_signals_per_scope < _NO_LIMIT
+            or config.max_remembered_bytes_per_scope < _NO_LIMIT
+        )
+
+    # -- answers (the admission control of the service asks them ahead of an input) -----------
 
     def operation_bytes(self, spec: OperationSpec) -> int:
         """The estimated bytes ``spec`` would hold while pending."""
@@ -43,48 +60,64 @@ class _Budget:
     def signal_growth_bytes(self, scope: str, key: str, payload: str | None) -> int:
         """The estimated bytes remembering this signal would add (negative: it would free
         some, replacing a larger payload); no side effect."""
-        return self._remembered_growth((scope, key), SignalFact(self._now, None, payload))[1]
+        return self._remembered_growth((scope, key), SignalFact(0, None, payload))[1]
 
-    def _hold_pending_bytes(self, scope: str, size: int) -> None:
-        self._pending_bytes += size
-        held = self._pending_bytes_by_scope.get(scope, 0) + size
-        if held:
-            self._pending_bytes_by_scope[scope] = held
-        else:
-            del self._pending_bytes_by_scope[scope]
+    def awaits(self, scope: str, key: str) -> bool:
+        """Whether a pending operation watches ``key`` in ``scope``: a signal of it is needed
+        now, not only kept for later, so the remembered-signal limits do not refuse it."""
+        watchers = self._purgatory._watchers.get((scope, key), ())
+        return any(not op.is_done for op in watchers)  # finished ones linger until a purge
 
-    def _remembered_changed(
-        self, ident: tuple[str, str], old: SignalFact | None, new: SignalFact | None
-    ) -> None:
-        scope, key = ident
-        count = (new is not None) - (old is not None)
-        size = (0 if new is None else signal_bytes(scope, key, new)) - (
-            0 if old is None else signal_bytes(scope, key, old)
-        )
-        self._remembered_bytes += size
-        held = self._remembered_by_scope.get(scope)
-        if held is None:
-            self._remembered_by_scope[scope] = [count, size]
-            return
-        held[0] += count
-        held[1] += size
-        if not held[0]:
-            del self._remembered_by_scope[scope]
+    # -- checks: each raises before anything changes ---------------------------------------------
 
-    def _finished_changed(
-        self, _ident: tuple[str, str], old: _Finished | None, new: _Finished | None
-    ) -> None:
-        if new is not None:
-            self._finished_bytes += finished_bytes(new.spec)
-        if old is not None:
-            self._finished_bytes -= finished_bytes(old.spec)
+    def check_registration(self, spec: OperationSpec, now_ms: int) -> None:
+        """Refuse ``spec`` if holding it would cross a pending limit (in operations or in
+        bytes), or if its keys' signals already carry more payload than one callback may.
+
+        Raises:
+            LimitError: naming the limit in its ``field``.
+        """
+        config, scope = self._config, spec.scope
+        if len(self._ops) >= config.max_pending:
+            raise LimitError(
+                f"max_pending ({config.max_pending}) operations are pending", field="max_pending"
+            )
+        if self._tally.pending_by_scope.get(scope, 0) >= config.max_pending_per_scope:
+            limit = config.max_pending_per_scope
+            raise LimitError(
+                f"max_pending_per_scope ({limit}) reached in scope {scope!r}",
+                field="max_pending_per_scope",
+            )
+        if self._pending_bytes_limited:  # else spare the hot path the estimate
+            self._check_pending_bytes(spec)
+        limit = config.max_signal_bytes_per_operation
+        if spec.keys and self._signal_bytes(scope, spec.keys, None, now_ms) > limit:
+            raise SizeLimitError(
+                "keys",
+                f"the signals already received for these keys carry more than "
+                f"max_signal_bytes_per_operation ({limit}) bytes of payload, more than one "
+                f"callback may report",
+            )
+
+    def check_signal(self, ident: tuple[str, str], fact: SignalFact, now_ms: int) -> None:
+        """Refuse the signal ``fact`` of ``ident`` if its payload would make an operation
+        watching it report too much, or if remembering it would cross a remembered-signal limit
+        while no pending operation awaits it.
+
+        Raises:
+            LimitError: naming the limit in its ``field``.
+        """
+        if fact.payload is not None:
+            self._check_payload(ident, utf8_len(fact.payload), now_ms)
+        if self._remembered_limited:  # else spare the hot path the estimate
+            self._check_remembered(ident, fact, now_ms)
+
+    # -- internals -------------------------------------------------------------------------------
 
     def _check_pending_bytes(self, spec: OperationSpec) -> None:
-        limit = self.config.max_pending_bytes_per_scope
-        if limit >= _NO_LIMIT:
-            return  # nothing held in memory comes near it: spare the hot path the estimate
+        limit = self._config.max_pending_bytes_per_scope
         size = operation_bytes(spec)
-        held = self._pending_bytes_by_scope.get(spec.scope, 0)
+        held = self._tally.pending_bytes_by_scope.get(spec.scope, 0)
         if held + size > limit:
             raise LimitError(
                 f"max_pending_bytes_per_scope ({limit}) would be exceeded in scope "
@@ -96,73 +129,59 @@ class _Budget:
     def _remembered_growth(self, ident: tuple[str, str], fact: SignalFact) -> tuple[int, int]:
         """What remembering ``fact`` under ``ident`` adds: (signals, bytes) to its scope."""
         scope, key = ident
-        old = self.signals.peek(ident)
+        old = self._signals.peek(ident)
         if old is None:
             return 1, signal_bytes(scope, key, fact)
         return 0, signal_bytes(scope, key, fact) - signal_bytes(scope, key, old)
 
     def _remembered_over(self, ident: tuple[str, str], fact: SignalFact) -> str | None:
         """The remembered-signal limit that remembering ``fact`` would cross, if any."""
-        config = self.config
+        config = self._config
         count, size = self._remembered_growth(ident, fact)
-        held_count, held_bytes = self._remembered_by_scope.get(ident[0], (0, 0))
+        held_count, held_bytes = self._tally.remembered_by_scope.get(ident[0], (0, 0))
         if count > 0 and held_count + count > config.max_remembered_signals_per_scope:
             return "max_remembered_signals_per_scope"
         if size > 0 and held_bytes + size > config.max_remembered_bytes_per_scope:
             return "max_remembered_bytes_per_scope"
         return None
 
-    def _check_remembered(self, ident: tuple[str, str], fact: SignalFact) -> None:
-        config = self.config
-        if (
-            config.max_remembered_signals_per_scope >= _NO_LIMIT
-            and config.max_remembered_bytes_per_scope >= _NO_LIMIT
-        ):
-            return  # no limit set: spare the hot path the estimate
+    def _check_remembered(self, ident: tuple[str, str], fact: SignalFact, now_ms: int) -> None:
         if self._remembered_over(ident, fact) is None or self.awaits(*ident):
             return
         # What is stored may include signals expired but not yet cleaned up, which a snapshot
         # does not hold: count only the live ones, so a restored engine decides the same.
-        self.signals.remove_expired(self._now)
+        self._signals.remove_expired(now_ms)
         over = self._remembered_over(ident, fact)
         if over is None:
             return
         scope = ident[0]
-        count, size = self._remembered_by_scope.get(scope, (0, 0))
-        limit = getattr(self.config, over)
+        count, size = self._tally.remembered_by_scope.get(scope, (0, 0))
+        limit = getattr(self._config, over)
         raise LimitError(
             f"{over} ({limit}) would be exceeded in scope {scope!r}: it remembers {count} "
             f"signals of about {size} bytes, and no pending operation awaits key {ident[1]!r}",
             field=over,
         )
 
-    def _signal_bytes(self, scope: str, keys: tuple[str, ...], skip: str | None) -> int:
+    def _signal_bytes(
+        self, scope: str, keys: tuple[str, ...], skip: str | None, now_ms: int
+    ) -> int:
         total = 0
-        get, now = self.signals.get, self._now
+        get = self._signals.get
         for key in keys:
             if key != skip:
-                fact = get((scope, key), now_ms=now)
+                fact = get((scope, key), now_ms=now_ms)
                 if fact is not None and fact.payload is not None:
-                    total += _utf8_len(fact.payload)
+                    total += utf8_len(fact.payload)
         return total
 
-    def _check_signal_bytes(self, spec: OperationSpec) -> None:
-        limit = self.config.max_signal_bytes_per_operation
-        if spec.keys and self._signal_bytes(spec.scope, spec.keys, None) > limit:
-            raise SizeLimitError(
-                "keys",
-                f"the signals already received for these keys carry more than "
-                f"max_signal_bytes_per_operation ({limit}) bytes of payload, more than one "
-                f"callback may report",
-            )
-
-    def _check_watchers_signal_bytes(self, ident: tuple[str, str], size: int) -> None:
-        limit = self.config.max_signal_bytes_per_operation
+    def _check_payload(self, ident: tuple[str, str], size: int, now_ms: int) -> None:
+        limit = self._config.max_signal_bytes_per_operation
         if size > limit:
             raise SizeLimitError(
                 "payload", f"{size} bytes, over max_signal_bytes_per_operation ({limit})"
             )
-        watchers = self.purgatory._watchers.get(ident)
+        watchers = self._purgatory._watchers.get(ident)
         if not watchers:
             return
         scope, key = ident
@@ -170,14 +189,12 @@ class _Budget:
             if op.is_done or not isinstance(op, _Op):  # a cancelled one lingers too
                 continue
             spec = op.spec
-            if len(spec.keys) > 1 and self._signal_bytes(scope, spec.keys, key) + size > limit:
+            if len(spec.keys) > 1 and (
+                self._signal_bytes(scope, spec.keys, key, now_ms) + size > limit
+            ):
                 raise SizeLimitError(
                     "payload",
                     f"with this signal, op_id {spec.op_id!r} in scope {scope!r} would report "
                     f"more than max_signal_bytes_per_operation ({limit}) bytes of signal "
                     f"payloads, more than one callback may carry",
                 )
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -55,13 +55,34 @@ Remembered signals that expired but are not cleaned up yet are stored here but a
 snapshot, so before refusing a signal the engine removes them and decides again: a restored
 engine decides the same.
 
-The engine spans five modules. This one holds :class:`Engine`: its inputs, its clock and the
-life of a pending operation. :mod:`purgatory._core.engine.engine_types` holds its configuration, its
-answers and the records it keeps per operation (and when a registration repeats another);
-:mod:`purgatory._core.engine.budget` its estimated bytes and their limits, and
-:mod:`purgatory._core.engine.views` its queries and operators' views, two mixins :class:`Engine`
-inherits; :mod:`purgatory._core.engine.sorted_ids` the sorted op_ids of each scope that its pages
-read.
+The engine is composed, not mixed in, as Kafka's ``SystemTimer`` owns its wheel and its
+executor rather than inheriting them. :class:`Engine` builds its parts in its constructor and
+hands each the state they share, so what reads and what changes each collection is written in
+one place, and each part can be read (and tested) alone:
+
+* the core's structures: a :class:`DelayedOperationPurgatory` and its timing wheel, the
+  :class:`KeyedTimers`, and two :class:`TtlState` stores (signals, finished operations);
+* :class:`~purgatory._core.engine.state.EngineState`, one record of references to everything
+  shared: those structures, the pending operations and their page index, the engine's clock
+  and outcome counters, and the :class:`~purgatory._core.engine.state.Tally` of what is held
+  (in number and in estimated bytes), which the lifecycle and the two stores keep up to date;
+* :class:`~purgatory._core.engine.lifecycle.Lifecycle` changes the pending operations once an
+  input is accepted: holds, re-arms, cancels and finishes them into outcomes; each operation
+  asks it, not the engine, whether its deadline passed and which of its keys are signalled;
+* :class:`~purgatory._core.engine.budget.Budget` refuses the input that would cross a limit;
+* :class:`~purgatory._core.engine.views.Views` is the read side: the queries and the operators'
+  views, deciding nothing.
+
+No part holds another or the engine. The engine binds once the parts' methods it calls on every
+input, and the read side's queries as its own (``engine.pending_page`` is
+``engine.views.pending_page``), so delegating costs no call on the hot paths.
+
+This module holds :class:`Engine` itself: its inputs (checked, journaled, refused or applied),
+its clock and its construction. :mod:`purgatory._core.engine.engine_types` holds its
+configuration, its answers and the records it keeps per operation (and when a registration
+repeats another); of the engine's modules it imports only the model and the checks, so no
+module of the engine imports one that imports it back. :mod:`purgatory._core.engine.sorted_ids`
+holds the sorted op_ids of each scope that the pages read.
 """
 
 from __future__ import annotations
@@ -78,34 +99,37 @@ from purgatory._core.durability.entries import (
     SignalEntry,
     WatermarkEntry,
 )
-from purgatory._core.engine.budget import _Budget, _utf8_len
+from purgatory._core.engine.budget import Budget
 from purgatory._core.engine.engine_types import (
     EngineConfig,
     Registration,
     RegistrationStatus,
+    _against_pending,
     _Finished,
     _Op,
-    _same_but_deadline,
-    _same_request,
-    _same_retried_timer,
+    _repeats_finished,
 )
-from purgatory._core.engine.footprint import operation_bytes
-from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core.engine.sorted_ids import _add_id, _remove_id, _SortedIds
+from purgatory._core.engine.lifecycle import Lifecycle
+from purgatory._core.engine.model import OperationSpec, Outcome, SignalFact
+from purgatory._core.engine.state import EngineState, Tally, _Progress
 from purgatory._core.engine.validate import check_ms, check_text
-from purgatory._core.engine.views import _Views
-from purgatory._core.flink.keyed_timers import KeyedTimers, TimeDomain
+from purgatory._core.engine.views import Views
+from purgatory._core.flink.keyed_timers import KeyedTimers
 from purgatory._core.flink.ttl_state import TtlConfig, TtlState
 from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
 from purgatory._core.wheel.timer import Timer, TimerTask
 
 __all__ = ["ConflictError", "Engine", "LimitError", "SizeLimitError"]
 
-_DEADLINE = "deadline"  # the keyed-timer namespace of event-time deadlines
 
-
-class Engine(_Views, _Budget):
+class Engine:
     """Declarative delayed operations over signals, told the time in integer milliseconds.
+
+    Its queries are those of its read side, :attr:`views` (``lookup``, ``pending``,
+    ``pending_page``, ``is_pending``, ``statistics``, ``decided_after``, ``next_expiration_ms``,
+    ``missing_keys``, ``busiest_scopes``, ``next_deadlines``), and of its :attr:`budget`
+    (``operation_bytes``, ``signal_growth_bytes``, ``awaits``), bound here once; the module's
+    docstring tells its parts.
 
     Args:
         config: tuning and limits.
@@ -123,37 +147,55 @@ class Engine(_Views, _Budget):
         journal: Callable[[JournalEntry], None] | None = None,
         partition: int = 0,
     ) -> None:
-        self.config = config if config is not None else EngineConfig()
+        self.config = config = config if config is not None else EngineConfig()
         self.partition = partition
         self._journal = journal
-        self._now = check_ms("start_ms", start_ms)
+        self._progress = progress = _Progress(check_ms("start_ms", start_ms))
         wheel = Timer(
-            tick_ms=self.config.tick_ms, wheel_size=self.config.wheel_size, start_ms=self._now
+            tick_ms=config.tick_ms, wheel_size=config.wheel_size, start_ms=progress.now_ms
         )
         self.purgatory = DelayedOperationPurgatory(
-            "operations", timer=wheel, purge_interval=self.config.purge_interval
+            "operations", timer=wheel, purge_interval=config.purge_interval
         )
-        self.keyed = KeyedTimers(max_fire_per_poll=self.config.max_fire_per_step)
-        # Estimated bytes held (purgatory._core.engine.footprint), kept up to date by every change:
-        # pending operations in _add/_finish, signals and finished ones by their TtlState.
-        self._pending_bytes = 0
-        self._pending_bytes_by_scope: dict[str, int] = {}
-        self._remembered_bytes = 0
-        self._remembered_by_scope: dict[str, list[int]] = {}  # scope -> [count, bytes]
-        self._finished_bytes = 0
+        self.keyed = KeyedTimers(max_fire_per_poll=config.max_fire_per_step)
+        self.tally = tally = Tally()  # told of every change by the lifecycle and the stores
         self.signals: TtlState[tuple[str, str], SignalFact] = TtlState(
-            self.config.signal_ttl, on_change=self._remembered_changed
+            config.signal_ttl, on_change=tally.remembered_changed
         )
         self.finished: TtlState[tuple[str, str], _Finished] = TtlState(
-            TtlConfig(ttl_ms=self.config.outcome_ttl_ms), on_change=self._finished_changed
+            TtlConfig(ttl_ms=config.outcome_ttl_ms), on_change=tally.finished_changed
         )
         self._ops: dict[tuple[str, str], _Op] = {}
-        self._op_ids: dict[str, list[str] | _SortedIds] = {}  # scope -> pending op_ids, sorted
-        self._pending_by_scope: dict[str, int] = {}
-        self._decided: list[Outcome] = []  # outcomes of the call under way, returned by it
-        self._sequence = 0
-        self._counts = dict.fromkeys(OutcomeKind, 0)
-        self._late = 0
+        state = EngineState(
+            ops=self._ops,
+            op_ids={},  # scope -> pending op_ids, sorted
+            progress=progress,
+            tally=tally,
+            purgatory=self.purgatory,
+            keyed=self.keyed,
+            signals=self.signals,
+            finished=self.finished,
+        )
+        self.lifecycle = life = Lifecycle(state, partition=partition)
+        self.budget = budget = Budget(config, state)
+        self.views = views = Views(state)
+        # Bound once, so that neither an input nor a query pays a call to reach a part.
+        self._add, self._rearm, self._take = life.add, life.rearm, life.take
+        self._check_registration = budget.check_registration
+        self._check_signal = budget.check_signal
+        self.operation_bytes = budget.operation_bytes
+        self.signal_growth_bytes = budget.signal_growth_bytes
+        self.awaits = budget.awaits
+        self.lookup = views.lookup
+        self.pending = views.pending
+        self.pending_page = views.pending_page
+        self.is_pending = views.is_pending
+        self.statistics = views.statistics
+        self.decided_after = views.decided_after
+        self.next_expiration_ms = views.next_expiration_ms
+        self.missing_keys = views.missing_keys
+        self.busiest_scopes = views.busiest_scopes
+        self.next_deadlines = views.next_deadlines
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -180,30 +222,15 @@ class Engine(_Views, _Budget):
         ident = (spec.scope, spec.op_id)
         current = self._ops.get(ident)
         if current is not None:
-            if _same_request(current.spec, spec):
-                return Registration(RegistrationStatus.DUPLICATE)
-            if spec.is_timer and current.spec.is_timer and _same_but_deadline(current.spec, spec):
-                if retry and _same_retried_timer(current.spec, spec):
-                    return Registration(RegistrationStatus.DUPLICATE)
+            status = _against_pending(current.spec, spec, retry)
+            if status is RegistrationStatus.REARMED:
                 self._rearm(current, spec)
-                return Registration(RegistrationStatus.REARMED)
-            raise ConflictError(
-                f"op_id {spec.op_id!r} is pending in scope {spec.scope!r} with another body"
-            )
+            return Registration(status)
         done = self.finished.get(ident, now_ms=now)
-        if done is not None and retry and _same_retried_timer(done.spec, spec):
+        if done is not None and _repeats_finished(done.spec, spec, retry):
             return Registration(RegistrationStatus.DUPLICATE, done.outcome)
-        if done is not None and not (spec.is_timer and done.spec.deadline_ms != spec.deadline_ms):
-            if _same_request(done.spec, spec):
-                return Registration(RegistrationStatus.DUPLICATE, done.outcome)
-            raise ConflictError(
-                f"op_id {spec.op_id!r} finished in scope {spec.scope!r} with another body"
-            )
-        self._check_limits(spec.scope)
-        self._check_pending_bytes(spec)
-        self._check_signal_bytes(spec)
+        self._check_registration(spec, now)
         op = self._add(spec, registered_ms=now, late=False)
-        self._decided.clear()
         if op.outcome is not None:
             return Registration(RegistrationStatus.COMPLETED, op.outcome)
         return Registration(RegistrationStatus.PENDING)
@@ -233,14 +260,13 @@ class Engine(_Views, _Budget):
             self._journal(
                 SignalEntry(check_ms("now_ms", now_ms), scope, key, event_time_ms, payload)
             )
-        fact = SignalFact(self._tick(now_ms), _opt_ms("event_time_ms", event_time_ms), payload)
+        now = self._tick(now_ms)
+        fact = SignalFact(now, _opt_ms("event_time_ms", event_time_ms), payload)
         ident = (check_text("scope", scope), check_text("key", key))
-        if payload is not None:
-            if not isinstance(payload, str):
-                raise UsageError("payload must be a str or None")
-            self._check_watchers_signal_bytes(ident, _utf8_len(payload))
-        self._check_remembered(ident, fact)
-        self.signals.put(ident, fact, now_ms=self._now)
+        if payload is not None and not isinstance(payload, str):
+            raise UsageError("payload must be a str or None")
+        self._check_signal(ident, fact, now)
+        self.signals.put(ident, fact, now_ms=now)
         self.purgatory.check_and_complete(ident)
         return self._take()
 
@@ -259,11 +285,7 @@ class Engine(_Views, _Budget):
             self._journal(CancelEntry(check_ms("now_ms", now_ms), scope, op_id))
         self._tick(now_ms)
         op = self._ops.get((scope, op_id))
-        if op is None or not op.cancel_operation():
-            return None
-        outcome = self._finish(op, OutcomeKind.CANCELLED)
-        self._decided.clear()
-        return outcome
+        return None if op is None else self.lifecycle.cancel(op)
 
     # -- the clock -----------------------------------------------------------------------------
 
@@ -314,207 +336,37 @@ class Engine(_Views, _Budget):
             # the engine's start (an engine created for a restore starts at 0, and a wheel far
             # behind its deadlines cascades every operation through extra levels).
             self.purgatory.advance_clock(now)
-        flagged = 0
-        for op in self._ops.values():
-            spec = op.spec
-            if (
-                not op.late
-                and spec.time_domain is TimeDomain.PROCESSING_TIME
-                and spec.deadline_ms <= now_ms
-            ):
-                op.late = True
-                flagged += 1
-        return flagged
+        return self.lifecycle.flag_late(now_ms)
 
-    def decided_after(self, sequence: int) -> list[Outcome]:
-        """The outcomes still remembered (within ``outcome_ttl_ms``) whose sequence is after
-        ``sequence``, in sequence order: after a restore, those that may not have been
-        delivered."""
-        found = [
-            e.value.outcome
-            for _, e in self.finished.items(now_ms=self._now)
-            if e.value.outcome.sequence > sequence
-        ]
-        return sorted(found, key=lambda o: o.sequence)
+    # -- the read side's properties (its methods are bound in __init__) -------------------------
 
-    def next_expiration_ms(self) -> int | None:
-        """When :meth:`advance_clock` has work next (signal and outcome expiry included)."""
-        times = [
-            self.purgatory.timer.next_expiration_ms(),
-            self.keyed.next_expiration_ms(self._now),
-            self.signals.next_expiration_ms(),
-            self.finished.next_expiration_ms(),
-        ]
-        known = [t for t in times if t is not None]
-        return min(known) if known else None
+    @property
+    def clock_ms(self) -> int:
+        """The latest time the engine was told."""
+        return self.views.clock_ms
 
-    # -- internals (also used by the snapshot module) ------------------------------------------
+    @property
+    def memory_bytes(self) -> int:
+        """The estimated bytes the engine holds: pending, remembered and finished state."""
+        return self.views.memory_bytes
+
+    @property
+    def pending_operations(self) -> int:
+        """How many operations are pending (what ``statistics().pending`` says, in O(1))."""
+        return self.views.pending_operations
+
+    @property
+    def pending_scopes(self) -> int:
+        """How many scopes have pending operations."""
+        return self.views.pending_scopes
+
+    # -- internals ------------------------------------------------------------------------------
 
     def _tick(self, now_ms: int) -> int:
         now = check_ms("now_ms", now_ms)
-        self._now = max(self._now, now)
-        return self._now
-
-    def _check_limits(self, scope: str) -> None:
-        if len(self._ops) >= self.config.max_pending:
-            raise LimitError(
-                f"max_pending ({self.config.max_pending}) operations are pending",
-                field="max_pending",
-            )
-        if self._pending_by_scope.get(scope, 0) >= self.config.max_pending_per_scope:
-            limit = self.config.max_pending_per_scope
-            raise LimitError(
-                f"max_pending_per_scope ({limit}) reached in scope {scope!r}",
-                field="max_pending_per_scope",
-            )
-
-    def _add(
-        self, spec: OperationSpec, *, registered_ms: int, late: bool, checked: bool = True
-    ) -> _Op:
-        """Hold a new operation: index it, watch its keys, schedule its deadline.
-
-        With ``checked`` (a registration) its condition is checked before and after the watch,
-        and it may complete at once. Without (``_restore_pending``) it is watched as it is.
-        """
-        op = _Op(self, spec, registered_ms, late)
-        self._ops[(spec.scope, spec.op_id)] = op
-        _add_id(self._op_ids, spec.scope, spec.op_id)
-        self._pending_by_scope[spec.scope] = self._pending_by_scope.get(spec.scope, 0) + 1
-        self._hold_pending_bytes(spec.scope, operation_bytes(spec))
-        if spec.time_domain is TimeDomain.EVENT_TIME:
-            self.keyed.register_event_time_timer(
-                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
-            )
-        if spec.keys:
-            keys = [(spec.scope, k) for k in spec.keys]
-            if checked:
-                self.purgatory.try_complete_else_watch(op, keys)
-            else:
-                self.purgatory._watch_restored(op, keys)
-        elif spec.time_domain is TimeDomain.PROCESSING_TIME:
-            self.purgatory.timer.add(op)
-        return op
-
-    def _restore_pending(
-        self, spec: OperationSpec, *, registered_ms: int, late: bool | None = None
-    ) -> None:
-        """Rebuild one operation a snapshot held as pending, without checking its condition.
-
-        It was pending when the snapshot was taken, so the signals then remembered did not
-        satisfy it; a restore only ever drops remembered signals (their TTL), never adds one.
-        So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
-        operation whose deadline passed meanwhile is flagged late and expires at the next step.
-        """
-        if late is None:
-            late = self._deadline_passed(spec)
-        self._add(spec, registered_ms=registered_ms, late=late, checked=False)
-
-    def _rearm(self, op: _Op, spec: OperationSpec) -> None:
-        old = op.spec
-        op.spec = spec
-        if spec.time_domain is TimeDomain.EVENT_TIME:
-            self.keyed.delete_event_time_timer(old.scope, old.op_id, _DEADLINE, old.deadline_ms)
-            self.keyed.register_event_time_timer(
-                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
-            )
-        else:
-            op.deadline_ms = spec.deadline_ms  # moves it in the wheel, after its tick's others
-            # Pending operations are kept in the order they were (re)added to the wheel, which
-            # is the order a tick's operations expire in: a snapshot lists them so, and a
-            # restore re-adds them so, to expire ties exactly as the original would.
-            ident = (spec.scope, spec.op_id)
-            self._ops[ident] = self._ops.pop(ident)
-        op.late = False  # a re-arm is a new request, not a catch-up after a restore
-
-    def _deadline_passed(self, spec: OperationSpec) -> bool:
-        if spec.time_domain is TimeDomain.PROCESSING_TIME:
-            return self._now >= spec.deadline_ms
-        watermark = self.keyed.current_watermark(spec.scope)
-        return watermark is not None and watermark >= spec.deadline_ms
-
-    def _outcome_ms(self, op: _Op, kind: OutcomeKind) -> int:
-        # A processing-time operation expires at its deadline, whenever the expiry is run:
-        # from that millisecond on no signal could complete it. Delivery lateness is the
-        # reaper's and the executor's to report. One registered after its deadline expires
-        # when it registered: an outcome is never before the registration it answers.
-        spec = op.spec
-        if kind is OutcomeKind.EXPIRED and spec.time_domain is TimeDomain.PROCESSING_TIME:
-            return max(spec.deadline_ms, op.registered_ms)
-        return self._now
-
-    def _facts(
-        self, spec: OperationSpec, *, by_deadline: bool = False
-    ) -> dict[str, SignalFact | None]:
-        """The remembered signal of each of the operation's keys (None: not signalled).
-
-        With ``by_deadline`` only a signal that came before the deadline counts: one that
-        arrived before it (processing time), or whose event time, if it has one, is before it
-        (event time). An expiry reports its keys and ``missing`` so, and a registration
-        whose deadline has already passed is decided by them (see :class:`_Op`).
-        """
-        get, scope, now = self.signals.get, spec.scope, self._now
-        facts = {key: get((scope, key), now_ms=now) for key in spec.keys}
-        if not by_deadline:
-            return facts
-        deadline, in_time = spec.deadline_ms, spec.time_domain is TimeDomain.PROCESSING_TIME
-        return {key: fact if fact is not None and _before(fact, deadline, in_time) else None
-                for key, fact in facts.items()}  # fmt: skip
-
-    def _finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
-        spec = op.spec
-        ident = (spec.scope, spec.op_id)
-        del self._ops[ident]
-        _remove_id(self._op_ids, spec.scope, spec.op_id)
-        left = self._pending_by_scope[spec.scope] - 1
-        if left:
-            self._pending_by_scope[spec.scope] = left
-        else:
-            del self._pending_by_scope[spec.scope]
-        self._hold_pending_bytes(spec.scope, -operation_bytes(spec))
-        if spec.time_domain is TimeDomain.EVENT_TIME:
-            self.keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
-        expired = kind is OutcomeKind.EXPIRED
-        facts = op.facts if op.facts is not None else self._facts(spec, by_deadline=expired)
-        self._sequence += 1
-        self._counts[kind] += 1
-        late = op.late and kind is OutcomeKind.EXPIRED
-        self._late += late
-        outcome = Outcome(
-            op_id=spec.op_id,
-            scope=spec.scope,
-            outcome=kind,
-            registered_ms=op.registered_ms,
-            outcome_ms=self._outcome_ms(op, kind),
-            deadline_ms=spec.deadline_ms,
-            time_domain=spec.time_domain,
-            sequence=self._sequence,
-            keys=tuple(k for k, f in facts.items() if f is not None),
-            missing=tuple(k for k, f in facts.items() if f is None),
-            signals={k: f.payload for k, f in facts.items() if f is not None},
-            payload=spec.payload,
-            reply_to=spec.reply_to,
-            late=late,
-            partition=self.partition,
-        )
-        op.outcome = outcome
-        self.finished.put(ident, _Finished(spec, outcome), now_ms=self._now)
-        self._decided.append(outcome)
-        return outcome
-
-    def _take(self) -> list[Outcome]:
-        decided = self._decided
-        if not decided:
-            return []
-        self._decided = []
-        return decided
-
-
-def _before(fact: SignalFact, deadline_ms: int, processing_time: bool) -> bool:
-    """Whether a signal came before a deadline: it arrived before it (processing time), or
-    its event time, when it has one, is before it (event time)."""
-    if processing_time:
-        return fact.signalled_ms < deadline_ms
-    return fact.event_time_ms is None or fact.event_time_ms < deadline_ms
+        progress = self._progress
+        progress.now_ms = max(progress.now_ms, now)
+        return progress.now_ms
 
 
 def _opt_ms(name: str, value: int | None) -> int | None:

@@ -5,25 +5,27 @@ per operation: :class:`EngineConfig` (its tuning and limits, validated), :class:
 and :class:`RegistrationStatus` (what a registration did), :class:`EngineStatistics` (its counts
 at one instant), ``_Op`` (a pending operation, whose outcome the engine's clock decides) and
 ``_Finished`` (a finished one, remembered for idempotent re-registration), with the rules of
-that idempotence: when a registration repeats another (``_same_request``,
-``_same_retried_timer``).
+that idempotence: when a registration repeats a pending or a finished operation
+(``_against_pending``, ``_repeats_finished``).
+
+An ``_Op`` is a :class:`DelayedOperation` that the purgatory and the wheel call
+(``try_complete``, ``run``); to decide, it asks its owner (the engine's ``Lifecycle``) through
+the small :class:`_Owner` protocol rather than knowing the engine: of the engine's modules this
+one imports only the model and the checks, so the others all import it and it imports none back.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from purgatory._core._errors import UsageError
+from purgatory._core._errors import ConflictError, UsageError
 from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
 from purgatory._core.engine.validate import MAX_TIME_MS, check_positive_int
 from purgatory._core.flink.keyed_timers import TimeDomain
 from purgatory._core.flink.ttl_state import TtlConfig
 from purgatory._core.wheel.operation import DelayedOperation
-
-if TYPE_CHECKING:
-    from purgatory._core.engine.engine import Engine
 
 __all__ = ["EngineConfig", "EngineStatistics", "Registration", "RegistrationStatus"]
 
@@ -119,15 +121,28 @@ class _Finished:
     outcome: Outcome
 
 
+class _Owner(Protocol):
+    """What an :class:`_Op` asks of the part that holds it (the engine's ``Lifecycle``)."""
+
+    def deadline_passed(self, spec: OperationSpec) -> bool: ...
+
+    def facts(
+        self, spec: OperationSpec, *, by_deadline: bool = False
+    ) -> dict[str, SignalFact | None]: ...
+
+    def finish(self, op: _Op, kind: OutcomeKind) -> Outcome: ...
+
+
 class _Op(DelayedOperation):
-    """One registered operation; its outcome is decided by the engine's clock."""
+    """One registered operation; its outcome is decided by the engine's clock, through its
+    owner."""
 
-    __slots__ = ("engine", "expiring", "facts", "late", "outcome", "registered_ms", "spec")
+    __slots__ = ("expiring", "facts", "late", "outcome", "owner", "registered_ms", "spec")
 
-    def __init__(self, engine: Engine, spec: OperationSpec, registered_ms: int, late: bool) -> None:
+    def __init__(self, owner: _Owner, spec: OperationSpec, registered_ms: int, late: bool) -> None:
         in_wheel = spec.time_domain is TimeDomain.PROCESSING_TIME
         super().__init__(deadline_ms=spec.deadline_ms if in_wheel else MAX_TIME_MS)
-        self.engine = engine
+        self.owner = owner
         self.spec = spec
         self.registered_ms = registered_ms
         self.late = late
@@ -140,8 +155,8 @@ class _Op(DelayedOperation):
         # the deadline loses to the expiry, while a registration applied after its deadline
         # (a client late, a journal replayed behind another writer's records, a clock behind
         # the partition's) is completed by the signals the partition already held for it.
-        by_deadline = self.engine._deadline_passed(self.spec)
-        facts = self.engine._facts(self.spec, by_deadline=by_deadline)
+        by_deadline = self.owner.deadline_passed(self.spec)
+        facts = self.owner.facts(self.spec, by_deadline=by_deadline)
         if sum(fact is not None for fact in facts.values()) >= self.spec.needed:
             self.facts = facts  # the outcome reports these: no second read of the store
             return self.force_complete()
@@ -149,11 +164,85 @@ class _Op(DelayedOperation):
 
     def on_complete(self) -> None:
         kind = OutcomeKind.EXPIRED if self.expiring else OutcomeKind.COMPLETED
-        self.engine._finish(self, kind)
+        self.owner.finish(self, kind)
 
     def run(self) -> None:
         self.expiring = True
         super().run()
+
+    def decide(
+        self,
+        kind: OutcomeKind,
+        facts: dict[str, SignalFact | None],
+        sequence: int,
+        now_ms: int,
+        partition: int,
+    ) -> Outcome:
+        """Its outcome: ``kind`` decided at ``now_ms``, reporting ``facts`` (its keys' signals,
+        None where missing). Kept as :attr:`outcome` and returned."""
+        spec = self.spec
+        expired = kind is OutcomeKind.EXPIRED
+        # A processing-time operation expires at its deadline, whenever the expiry is run:
+        # from that millisecond on no signal could complete it. Delivery lateness is the
+        # reaper's and the executor's to report. One registered after its deadline expires
+        # when it registered: an outcome is never before the registration it answers.
+        if expired and spec.time_domain is TimeDomain.PROCESSING_TIME:
+            now_ms = max(spec.deadline_ms, self.registered_ms)
+        outcome = self.outcome = Outcome(
+            op_id=spec.op_id,
+            scope=spec.scope,
+            outcome=kind,
+            registered_ms=self.registered_ms,
+            outcome_ms=now_ms,
+            deadline_ms=spec.deadline_ms,
+            time_domain=spec.time_domain,
+            sequence=sequence,
+            keys=tuple(k for k, f in facts.items() if f is not None),
+            missing=tuple(k for k, f in facts.items() if f is None),
+            signals={k: f.payload for k, f in facts.items() if f is not None},
+            payload=spec.payload,
+            reply_to=spec.reply_to,
+            late=self.late and expired,
+            partition=partition,
+        )
+        return outcome
+
+
+def _against_pending(
+    current: OperationSpec, spec: OperationSpec, retry: bool
+) -> RegistrationStatus:
+    """What registering ``spec`` does while ``current``, of the same id, is pending: nothing
+    (``duplicate``), or move the timer to its new deadline (``rearmed``).
+
+    Raises:
+        ConflictError: ``spec`` is another operation under the same id.
+    """
+    if _same_request(current, spec):
+        return RegistrationStatus.DUPLICATE
+    if spec.is_timer and current.is_timer and _same_but_deadline(current, spec):
+        if retry and _same_retried_timer(current, spec):
+            return RegistrationStatus.DUPLICATE
+        return RegistrationStatus.REARMED
+    raise ConflictError(
+        f"op_id {spec.op_id!r} is pending in scope {spec.scope!r} with another body"
+    )
+
+
+def _repeats_finished(done: OperationSpec, spec: OperationSpec, retry: bool) -> bool:
+    """Whether registering ``spec`` repeats ``done``, finished under the same id and still
+    remembered (a ``duplicate``: its outcome is the answer); False for a timer sent again
+    with another deadline, which starts a new round.
+
+    Raises:
+        ConflictError: ``spec`` is another operation under the same id.
+    """
+    if retry and _same_retried_timer(done, spec):
+        return True
+    if spec.is_timer and done.deadline_ms != spec.deadline_ms:
+        return False
+    if _same_request(done, spec):
+        return True
+    raise ConflictError(f"op_id {spec.op_id!r} finished in scope {spec.scope!r} with another body")
 
 
 def _same_request(current: OperationSpec, sent: OperationSpec) -> bool:

@@ -1,12 +1,18 @@
 """What the engine answers (core concept: queries and operators' views; sans-IO, stdlib only).
 
-:class:`_Views`, a mixin of :class:`~purgatory._core.engine.engine.Engine`, answers questions about
-the engine's state without deciding anything: what is pending (one operation, a scope's page in
-``op_id`` order, the counts), its statistics and estimated bytes, and the operators' views that
-may read many items (the busiest scopes, the next deadlines). Those are each a :data:`View`, a
-generator of bounded steps that a shell interleaves with other work; ``_read_live``,
-``_in_order`` and ``_wheel_runs`` read the live collections and the timing wheel for them
-without changing or copying them.
+:class:`Views` is the read side of the :class:`~purgatory._core.engine.engine.Engine`: a part the
+engine builds, handing it the live collections it reads (the pending operations and their page
+index, the tally of what is held, the purgatory and its wheel, the keyed timers, the signal and
+finished stores), and whose queries it binds as its own. It answers questions about that state
+without deciding anything: what is pending (one operation, a scope's page in ``op_id`` order,
+the counts), the statistics, and the operators' views that may read many items (the busiest
+scopes, the next deadlines). Those are each a :data:`View`, a generator of bounded steps that a
+shell interleaves with other work; ``_read_live``, ``_in_order`` and ``_wheel_runs`` read the
+live collections and the timing wheel for them without changing or copying them.
+
+A part rather than a base class of the engine: it reads the engine's shared state
+(:class:`~purgatory._core.engine.state.EngineState`, its clock and outcome counters included),
+given at construction; it decides nothing, and the engine's inputs never reach it.
 """
 
 from __future__ import annotations
@@ -17,16 +23,14 @@ from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from typing import TypeVar
 
-from purgatory._core.engine.engine_types import EngineStatistics, _Finished, _Op
-from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core.engine.sorted_ids import _ids_after, _SortedIds
+from purgatory._core.engine.engine_types import EngineStatistics, _Op
+from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind
+from purgatory._core.engine.sorted_ids import _ids_after
+from purgatory._core.engine.state import EngineState
 from purgatory._core.engine.validate import MAX_TIME_MS
-from purgatory._core.flink.keyed_timers import KeyedTimers
-from purgatory._core.flink.ttl_state import TtlState
-from purgatory._core.wheel.purgatory import DelayedOperationPurgatory
 from purgatory._core.wheel.timer import Timer, TimerTask, _Bucket
 
-__all__ = ["View"]
+__all__ = ["View", "Views"]
 
 _VIEW_STEP = 10_000  # items one step of an operator's view reads (1 to 3 ms in CPython)
 
@@ -86,39 +90,36 @@ def _wheel_runs(timer: Timer) -> Iterator[tuple[int, int, Collection[TimerTask]]
     return merge(buckets, nears, key=itemgetter(0))
 
 
-class _Views:
-    """The engine's queries, and its views for operators in bounded steps (a mixin of the
-    Engine)."""
+class Views:
+    """The engine's queries, and its views for operators in bounded steps.
 
-    # The Engine's state these methods read (set by Engine.__init__).
-    purgatory: DelayedOperationPurgatory
-    keyed: KeyedTimers
-    signals: TtlState[tuple[str, str], SignalFact]
-    finished: TtlState[tuple[str, str], _Finished]
-    _now: int
-    _ops: dict[tuple[str, str], _Op]
-    _op_ids: dict[str, list[str] | _SortedIds]
-    _pending_by_scope: dict[str, int]
-    _counts: dict[OutcomeKind, int]
-    _late: int
-    _sequence: int
-    _pending_bytes: int
-    _remembered_bytes: int
-    _finished_bytes: int
+    Args:
+        state: the engine's shared state, all of which is read here and none changed.
+    """
+
+    def __init__(self, state: EngineState) -> None:
+        self._ops = state.ops
+        self._op_ids = state.op_ids
+        self._tally = state.tally
+        self._progress = state.progress
+        self._purgatory = state.purgatory
+        self._keyed = state.keyed
+        self._signals = state.signals
+        self._finished = state.finished
 
     # -- queries -------------------------------------------------------------------------------
 
     @property
     def clock_ms(self) -> int:
         """The latest time the engine was told."""
-        return self._now
+        return self._progress.now_ms
 
     def lookup(self, scope: str, op_id: str) -> tuple[OperationSpec, Outcome | None] | None:
         """The spec and (if finished) the outcome of an operation, or None if unknown."""
         op = self._ops.get((scope, op_id))
         if op is not None:
             return op.spec, None
-        done = self.finished.get((scope, op_id), now_ms=self._now)
+        done = self._finished.get((scope, op_id), now_ms=self._progress.now_ms)
         return (done.spec, done.outcome) if done is not None else None
 
     def pending(self, scope: str | None = None) -> list[OperationSpec]:
@@ -141,42 +142,62 @@ class _Views:
 
     def statistics(self) -> EngineStatistics:
         """A frozen record of the engine's counts."""
-        p = self.purgatory.statistics()
-        t = self.purgatory.timer.statistics()
+        p = self._purgatory.statistics()
+        t = self._purgatory.timer.statistics()
+        tally, progress = self._tally, self._progress
+        counts = progress.counts
         return EngineStatistics(
             pending=len(self._ops),
             watched=p.watched,
             watch_keys=p.keys,
             timer_buckets=t.buckets,
             timer_levels=t.levels,
-            signals=len(self.signals),
-            scopes_with_watermark=len(self.keyed.watermarks()),
-            completed=self._counts[OutcomeKind.COMPLETED],
-            expired=self._counts[OutcomeKind.EXPIRED],
-            cancelled=self._counts[OutcomeKind.CANCELLED],
+            signals=len(self._signals),
+            scopes_with_watermark=len(self._keyed.watermarks()),
+            completed=counts[OutcomeKind.COMPLETED],
+            expired=counts[OutcomeKind.EXPIRED],
+            cancelled=counts[OutcomeKind.CANCELLED],
             purged=p.purged,
-            late=self._late,
-            sequence=self._sequence,
-            clock_ms=self._now,
-            pending_bytes=self._pending_bytes,
-            remembered_signals=len(self.signals),
-            remembered_bytes=self._remembered_bytes,
-            finished_bytes=self._finished_bytes,
+            late=progress.late,
+            sequence=progress.sequence,
+            clock_ms=progress.now_ms,
+            pending_bytes=tally.pending_bytes,
+            remembered_signals=len(self._signals),
+            remembered_bytes=tally.remembered_bytes,
+            finished_bytes=tally.finished_bytes,
         )
 
-    @property
-    def memory_bytes(self) -> int:
-        """The estimated bytes the engine holds: pending, remembered and finished state."""
-        return self._pending_bytes + self._remembered_bytes + self._finished_bytes
+    def decided_after(self, sequence: int) -> list[Outcome]:
+        """The outcomes still remembered (within ``outcome_ttl_ms``) whose sequence is after
+        ``sequence``, in sequence order: after a restore, those that may not have been
+        delivered."""
+        found = [
+            e.value.outcome
+            for _, e in self._finished.items(now_ms=self._progress.now_ms)
+            if e.value.outcome.sequence > sequence
+        ]
+        return sorted(found, key=lambda o: o.sequence)
+
+    def next_expiration_ms(self) -> int | None:
+        """When the engine's ``advance_clock`` has work next (signal and outcome expiry
+        included)."""
+        times = [
+            self._purgatory.timer.next_expiration_ms(),
+            self._keyed.next_expiration_ms(self._progress.now_ms),
+            self._signals.next_expiration_ms(),
+            self._finished.next_expiration_ms(),
+        ]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
 
     def is_pending(self, scope: str, op_id: str) -> bool:
         """Whether the operation is pending (no side effect, unlike :meth:`lookup`)."""
         return (scope, op_id) in self._ops
 
-    def awaits(self, scope: str, key: str) -> bool:
-        """Whether a pending operation watches ``key`` in ``scope`` (a signal of it is needed)."""
-        watchers = self.purgatory._watchers.get((scope, key), ())
-        return any(not op.is_done for op in watchers)  # finished ones linger until a purge
+    @property
+    def memory_bytes(self) -> int:
+        """The estimated bytes the engine holds: pending, remembered and finished state."""
+        return self._tally.memory_bytes
 
     # -- views for operators: read-only, in bounded steps ---------------------------------------
 
@@ -188,16 +209,16 @@ class _Views:
     @property
     def pending_scopes(self) -> int:
         """How many scopes have pending operations."""
-        return len(self._pending_by_scope)
+        return len(self._tally.pending_by_scope)
 
     def missing_keys(self, spec: OperationSpec) -> tuple[str, ...]:
         """The keys of ``spec`` that no remembered signal answers now, in the spec's order.
 
         Not an access: no signal's TTL is refreshed (a read under ``on_read_and_write`` would
         refresh it, and reads are not journaled), so a signal that expired but is not cleaned
-        up yet still counts here until the next :meth:`advance_clock` removes it.
+        up yet still counts here until the engine's next ``advance_clock`` removes it.
         """
-        peek, scope = self.signals.peek, spec.scope
+        peek, scope = self._signals.peek, spec.scope
         return tuple(key for key in spec.keys if peek((scope, key)) is None)
 
     def busiest_scopes(self, count: int, *, step: int = _VIEW_STEP) -> View[tuple[str, int]]:
@@ -206,7 +227,7 @@ class _Views:
 
         A generator of bounded steps (see :data:`View`): each reads at most ``step`` scopes.
         """
-        counts = self._pending_by_scope
+        counts = self._tally.pending_by_scope
         best: list[tuple[str, int]] = []
         reading = _read_live(counts.items(), step)
         while True:
@@ -236,7 +257,7 @@ class _Views:
         """
         groups: list[Collection[TimerTask]] = []
         held, upper = 0, -1
-        for lower, last, tasks in _wheel_runs(self.purgatory.timer):
+        for lower, last, tasks in _wheel_runs(self._purgatory.timer):
             if (held >= count and lower > upper) or last >= MAX_TIME_MS:
                 break
             groups.append(tasks)

@@ -1,0 +1,205 @@
+"""The life of a pending operation (core concept: held, watched, finished; sans-IO, stdlib only).
+
+:class:`Lifecycle` is the part of the :class:`~purgatory._core.engine.engine.Engine` that changes
+its pending operations once the engine has accepted an input: it holds a new operation (indexes
+it, counts it in the tally, watches its keys in the purgatory and schedules its deadline in the
+wheel or, in event time, in the keyed timers), re-arms a timer, rebuilds one from a snapshot,
+and finishes one into its :class:`Outcome` (numbered, counted, remembered for idempotent
+re-registration, and kept until the call that decided it takes it, h11-style).
+
+It is also what each ``_Op`` asks when the purgatory or the wheel calls it: whether its deadline
+has passed, which of its keys are signalled (:meth:`Lifecycle.facts`), and to finish it. So an
+operation knows this part through the small protocol ``engine_types._Owner``, not the engine.
+
+A part of its own, given the engine's shared state at construction
+(:class:`~purgatory._core.engine.state.EngineState`: the pending operations and their page
+index, which the budget and the views read too, and the engine's clock and outcome counters),
+because the engine's own concern is the inputs: validating, journaling, refusing and telling
+the time. Everything here is called with an input already accepted, so nothing here raises on
+bad input.
+"""
+
+from __future__ import annotations
+
+from purgatory._core.engine.engine_types import _Finished, _Op
+from purgatory._core.engine.footprint import operation_bytes
+from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
+from purgatory._core.engine.sorted_ids import _add_id, _remove_id
+from purgatory._core.engine.state import EngineState
+from purgatory._core.flink.keyed_timers import TimeDomain
+
+__all__ = ["Lifecycle"]
+
+_DEADLINE = "deadline"  # the keyed-timer namespace of event-time deadlines
+
+
+class Lifecycle:
+    """Holds, re-arms and finishes the engine's pending operations.
+
+    Args:
+        state: the engine's shared state; changed here: the pending operations and their
+            index, the outcome counters (the clock is read), the tally (told of each operation
+            held and finished), the watches and deadlines, and the finished store.
+        partition: stamped on every outcome.
+    """
+
+    def __init__(self, state: EngineState, *, partition: int) -> None:
+        self._ops = state.ops
+        self._op_ids = state.op_ids
+        self._progress = state.progress
+        self._hold = state.tally.hold_pending
+        self._purgatory = state.purgatory
+        self._keyed = state.keyed
+        self._signals = state.signals
+        self._finished = state.finished
+        self._partition = partition
+        self._decided: list[Outcome] = []  # outcomes of the call under way, returned by it
+
+    # -- what the engine's inputs change -------------------------------------------------------
+
+    def add(
+        self, spec: OperationSpec, *, registered_ms: int, late: bool, checked: bool = True
+    ) -> _Op:
+        """Hold a new operation: index it, watch its keys, schedule its deadline.
+
+        With ``checked`` (a registration) its condition is checked before and after the watch,
+        and it may complete at once: its outcome is then on the returned operation, and not
+        taken by :meth:`take`. Without (:meth:`restore`) it is watched as it is.
+        """
+        op = _Op(self, spec, registered_ms, late)
+        self._ops[(spec.scope, spec.op_id)] = op
+        _add_id(self._op_ids, spec.scope, spec.op_id)
+        self._hold(spec.scope, 1, operation_bytes(spec))
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self._keyed.register_event_time_timer(
+                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
+            )
+        if spec.keys:
+            keys = [(spec.scope, k) for k in spec.keys]
+            if checked:
+                self._purgatory.try_complete_else_watch(op, keys)
+            else:
+                self._purgatory._watch_restored(op, keys)
+        elif spec.time_domain is TimeDomain.PROCESSING_TIME:
+            self._purgatory.timer.add(op)
+        if checked:
+            self._decided.clear()  # the registration answers with its outcome, if any
+        return op
+
+    def restore(self, spec: OperationSpec, *, registered_ms: int, late: bool | None = None) -> None:
+        """Rebuild one operation a snapshot held as pending, without checking its condition.
+
+        It was pending when the snapshot was taken, so the signals then remembered did not
+        satisfy it; a restore only ever drops remembered signals (their TTL), never adds one.
+        So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
+        operation whose deadline passed meanwhile is flagged late and expires at the next step.
+        """
+        if late is None:
+            late = self.deadline_passed(spec)
+        self.add(spec, registered_ms=registered_ms, late=late, checked=False)
+
+    def rearm(self, op: _Op, spec: OperationSpec) -> None:
+        """Move the pending timer ``op`` to the deadline of ``spec``, its new request."""
+        old = op.spec
+        op.spec = spec
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self._keyed.delete_event_time_timer(old.scope, old.op_id, _DEADLINE, old.deadline_ms)
+            self._keyed.register_event_time_timer(
+                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
+            )
+        else:
+            op.deadline_ms = spec.deadline_ms  # moves it in the wheel, after its tick's others
+            # Pending operations are kept in the order they were (re)added to the wheel, which
+            # is the order a tick's operations expire in: a snapshot lists them so, and a
+            # restore re-adds them so, to expire ties exactly as the original would.
+            ident = (spec.scope, spec.op_id)
+            self._ops[ident] = self._ops.pop(ident)
+        op.late = False  # a re-arm is a new request, not a catch-up after a restore
+
+    def cancel(self, op: _Op) -> Outcome | None:
+        """Cancel the pending ``op``: its ``cancelled`` outcome, or None if it was done."""
+        if not op.cancel_operation():
+            return None
+        outcome = self.finish(op, OutcomeKind.CANCELLED)
+        self._decided.clear()  # the cancel answers with it
+        return outcome
+
+    def flag_late(self, now_ms: int) -> int:
+        """Flag late every pending processing-time operation due at ``now_ms``; how many."""
+        flagged = 0
+        for op in self._ops.values():
+            spec = op.spec
+            if (
+                not op.late
+                and spec.time_domain is TimeDomain.PROCESSING_TIME
+                and spec.deadline_ms <= now_ms
+            ):
+                op.late = True
+                flagged += 1
+        return flagged
+
+    def take(self) -> list[Outcome]:
+        """The outcomes decided since the last take, in sequence order."""
+        decided = self._decided
+        if not decided:
+            return []
+        self._decided = []
+        return decided
+
+    # -- what an operation asks (engine_types._Owner) -------------------------------------------
+
+    def deadline_passed(self, spec: OperationSpec) -> bool:
+        """Whether ``spec``'s deadline has passed: the clock (processing time) or its scope's
+        watermark (event time) has reached it."""
+        if spec.time_domain is TimeDomain.PROCESSING_TIME:
+            return self._progress.now_ms >= spec.deadline_ms
+        watermark = self._keyed.current_watermark(spec.scope)
+        return watermark is not None and watermark >= spec.deadline_ms
+
+    def facts(
+        self, spec: OperationSpec, *, by_deadline: bool = False
+    ) -> dict[str, SignalFact | None]:
+        """The remembered signal of each of the operation's keys (None: not signalled).
+
+        With ``by_deadline`` only a signal that came before the deadline counts: one that
+        arrived before it (processing time), or whose event time, if it has one, is before it
+        (event time). An expiry reports its keys and ``missing`` so, and a registration
+        whose deadline has already passed is decided by them (see ``_Op``).
+        """
+        get, scope, now = self._signals.get, spec.scope, self._progress.now_ms
+        facts = {key: get((scope, key), now_ms=now) for key in spec.keys}
+        if not by_deadline:
+            return facts
+        deadline, in_time = spec.deadline_ms, spec.time_domain is TimeDomain.PROCESSING_TIME
+        return {key: fact if fact is not None and _before(fact, deadline, in_time) else None
+                for key, fact in facts.items()}  # fmt: skip
+
+    def finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
+        """End ``op`` with an outcome of ``kind``: unindex it, number and count the outcome,
+        remember it, and keep it for :meth:`take`."""
+        spec = op.spec
+        ident = (spec.scope, spec.op_id)
+        del self._ops[ident]
+        _remove_id(self._op_ids, spec.scope, spec.op_id)
+        self._hold(spec.scope, -1, -operation_bytes(spec))
+        if spec.time_domain is TimeDomain.EVENT_TIME:
+            self._keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
+        expired = kind is OutcomeKind.EXPIRED
+        facts = op.facts if op.facts is not None else self.facts(spec, by_deadline=expired)
+        progress = self._progress
+        progress.sequence += 1
+        progress.counts[kind] += 1
+        now = progress.now_ms
+        outcome = op.decide(kind, facts, progress.sequence, now, self._partition)
+        progress.late += outcome.late
+        self._finished.put(ident, _Finished(spec, outcome), now_ms=now)
+        self._decided.append(outcome)
+        return outcome
+
+
+def _before(fact: SignalFact, deadline_ms: int, processing_time: bool) -> bool:
+    """Whether a signal came before a deadline: it arrived before it (processing time), or
+    its event time, when it has one, is before it (event time)."""
+    if processing_time:
+        return fact.signalled_ms < deadline_ms
+    return fact.event_time_ms is None or fact.event_time_ms < deadline_ms
