@@ -1,7 +1,7 @@
 """The outbox's backlog (service layer: egress): what is decided and not yet handed to the sink,
 in decision order, with back-pressure.
 
-Puts are synchronous (the state machine and the intake call them with no ``await`` in between),
+Puts are synchronous (the release and the intake call them with no ``await`` in between),
 so the backlog's order is the order in which things were decided. It holds :data:`Entry` items:
 callbacks and dead letters (*records*, which count against ``capacity``), commit markers and
 barriers (which do not: they are tiny, and a producer waiting for room must not wait on them).

@@ -5,7 +5,7 @@ Theory of operation
 Everything the service must write goes through one ordered queue, the *backlog*
 (``backlog.py``): the callback of each decided outcome, the dead letter of each refused input
 record, and, after the records of each consumed batch, a *commit marker* with the offsets that
-batch reached. Puts are synchronous (the state machine and the intake call them with no
+batch reached. Puts are synchronous (the release and the intake call them with no
 ``await`` in between), so the backlog's order is the order in which things were decided; a
 producer waits for room while more than ``capacity`` records are queued (back-pressure).
 

@@ -1,4 +1,4 @@
-"""The HTTP API (service layer): Starlette routes over the service's state machine.
+"""The HTTP API (service layer): Starlette routes over the flow of inputs and the read model.
 
 Bodies are the JSON records of :mod:`purgatory._codec` without their ``v``/``type`` envelope,
 parsed by the codec's own parser (:func:`~purgatory._codec._json.parse_json`: UTF-8 only, no
