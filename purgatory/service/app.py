@@ -46,7 +46,7 @@ from purgatory.service.ingress.http.auth import Authenticator
 from purgatory.service.ingress.http.openapi import load_openapi
 from purgatory.service.ingress.http.server import serve_app, server_config
 from purgatory.service.ingress.intake import Intake
-from purgatory.service.journal.modes import delivery_mode, own_topics
+from purgatory.service.journal.modes import Over, delivery_mode, own_topics
 from purgatory.service.kafka.clients import KafkaTransport
 from purgatory.service.kafka.transport import (
     LogReader,
@@ -131,11 +131,7 @@ class Service:
         self.acks.listen(self.recent.outcome)
         self.outbox = self._build_outbox()
         journal = delivery_mode(settings).journal(
-            sink=self.sink,
-            transactions=self.transactions,
-            outlet=self.outbox,
-            delivered=self.table.acked,
-            on_fenced=self._fenced,
+            Over(self.sink, self.transactions, self.outbox, self.table.acked, self._fenced)
         )
         self.changelog, self.gate, self.release = journal.changelog, journal.gate, journal.release
         if self.changelog is not None:

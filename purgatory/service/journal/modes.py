@@ -52,6 +52,7 @@ __all__ = [
     "Acknowledged",
     "DeliveryMode",
     "Journal",
+    "Over",
     "Transactional",
     "Unjournaled",
     "delivery_mode",
@@ -84,6 +85,25 @@ class Journal:
     changelog: Changelog | None
     gate: Gate
     release: Release
+
+
+@dataclass(frozen=True, slots=True)
+class Over:
+    """What a mode's journal is built over.
+
+    Attributes:
+        sink: the service's producer.
+        transactions: the partitions' transactional producers (None: not opened).
+        outlet: egress (the outbox).
+        delivered: a partition's highest outcome sequence acknowledged (its mark).
+        on_fenced: called with a partition another writer wrote to.
+    """
+
+    sink: RecordSink
+    transactions: Transactions | None
+    outlet: Outlet
+    delivered: Callable[[int], int]
+    on_fenced: Callable[[int], None]
 
 
 class DeliveryMode(Protocol):
@@ -119,32 +139,17 @@ class DeliveryMode(Protocol):
         """The partitions' transactional producers, if the mode writes through them."""
         ...
 
-    def journal(
-        self,
-        *,
-        sink: RecordSink,
-        transactions: Transactions | None,
-        outlet: Outlet,
-        delivered: Callable[[int], int],
-        on_fenced: Callable[[int], None],
-    ) -> Journal:
-        """The stages between dispatch and egress, over ``outlet`` (the outbox).
-
-        Args:
-            delivered: a partition's highest outcome sequence acknowledged (its mark).
-            on_fenced: called with a partition another writer wrote to.
-        """
+    def journal(self, over: Over) -> Journal:
+        """The stages between dispatch and egress, over what ``over`` gives."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
-class Unjournaled:
-    """Nothing journaled (``PURGATORY_JOURNAL=false``)."""
+class _WithoutTransactions:
+    """A mode any broker serves: no check, no transactional producer."""
 
     settings: Settings
     read_committed: bool = False
-    name: str = "acknowledged"
-    promise: str = "at most once: nothing is journaled, a crash loses what was pending"
     needs_transactions: bool = False
 
     async def check(self, transport: Transport) -> None:
@@ -157,56 +162,36 @@ class Unjournaled:
         """None needed."""
         yield None
 
-    def journal(
-        self,
-        *,
-        sink: RecordSink,
-        transactions: Transactions | None,
-        outlet: Outlet,
-        delivered: Callable[[int], int],
-        on_fenced: Callable[[int], None],
-    ) -> Journal:
+
+@dataclass(frozen=True, slots=True)
+class Unjournaled(_WithoutTransactions):
+    """Nothing journaled (``PURGATORY_JOURNAL=false``)."""
+
+    name: str = "acknowledged"
+    promise: str = "at most once: nothing is journaled, a crash loses what was pending"
+
+    def journal(self, over: Over) -> Journal:
         """No changelog; everything released at once."""
-        return Journal(None, NoJournal(), ImmediateRelease(outlet))
+        return Journal(None, NoJournal(), ImmediateRelease(over.outlet))
 
 
 @dataclass(frozen=True, slots=True)
-class Acknowledged:
+class Acknowledged(_WithoutTransactions):
     """The write-ahead journal through the service's producer (the default)."""
 
-    settings: Settings
-    read_committed: bool = False
     name: str = "acknowledged"
     promise: str = (
         "at least once (after a crash, consumers drop repeats by id);"
         " PURGATORY_DELIVERY=transactional with --broker kafka for exactly once"
     )
-    needs_transactions: bool = False
 
-    async def check(self, transport: Transport) -> None:
-        """Any broker will do."""
-
-    @contextlib.asynccontextmanager
-    async def transactions(
-        self, transport: Transport, source: RecordSource
-    ) -> AsyncIterator[Transactions | None]:
-        """None needed."""
-        yield None
-
-    def journal(
-        self,
-        *,
-        sink: RecordSink,
-        transactions: Transactions | None,
-        outlet: Outlet,
-        delivered: Callable[[int], int],
-        on_fenced: Callable[[int], None],
-    ) -> Journal:
+    def journal(self, over: Over) -> Journal:
         """A changelog written by :class:`AcknowledgedWriter`; releases follow it."""
         settings = self.settings
-        writer = AcknowledgedWriter(sink, topic=settings.topic_changelog, delivered=delivered)
-        changelog = _changelog(writer, settings, on_fenced)
-        return Journal(changelog, changelog, JournaledRelease(changelog, outlet))
+        topic = settings.topic_changelog
+        writer = AcknowledgedWriter(over.sink, topic=topic, delivered=over.delivered)
+        changelog = _changelog(writer, settings, over.on_fenced)
+        return Journal(changelog, changelog, JournaledRelease(changelog, over.outlet))
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,33 +222,25 @@ class Transactional:
         ) as transactions:
             yield transactions
 
-    def journal(
-        self,
-        *,
-        sink: RecordSink,
-        transactions: Transactions | None,
-        outlet: Outlet,
-        delivered: Callable[[int], int],
-        on_fenced: Callable[[int], None],
-    ) -> Journal:
+    def journal(self, over: Over) -> Journal:
         """A changelog written by :class:`TransactionalWriter`; releases ride its
         transactions.
 
         Raises:
             UsageError: no transactional producers were given.
         """
-        if transactions is None:
+        if over.transactions is None:
             raise UsageError("a transactional service needs its transactional producers")
         settings = self.settings
         writer = TransactionalWriter(
-            transactions,
+            over.transactions,
             topic=settings.topic_changelog,
-            undeliverable=outlet.undeliverable,
+            undeliverable=over.outlet.undeliverable,
             own_topics=own_topics(settings),
-            delivered=delivered,
+            delivered=over.delivered,
         )
-        changelog = _changelog(writer, settings, on_fenced)
-        return Journal(changelog, changelog, TransactionalRelease(changelog, outlet))
+        changelog = _changelog(writer, settings, over.on_fenced)
+        return Journal(changelog, changelog, TransactionalRelease(changelog, over.outlet))
 
 
 def delivery_mode(settings: Settings) -> DeliveryMode:

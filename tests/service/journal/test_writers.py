@@ -13,6 +13,7 @@ from purgatory.service.journal.acknowledged import AcknowledgedWriter
 from purgatory.service.journal.batch import Batch, Part, Stall
 from purgatory.service.journal.modes import (
     Acknowledged,
+    Over,
     Transactional,
     Unjournaled,
     delivery_mode,
@@ -90,10 +91,4 @@ def test_one_factory_names_the_modes() -> None:
 def test_a_transactional_journal_needs_its_producers() -> None:
     mode = delivery_mode(Settings.from_env({"PURGATORY_DELIVERY": "transactional"}))
     with pytest.raises(UsageError, match="transactional producers"):
-        mode.journal(
-            sink=None,  # type: ignore[arg-type]
-            transactions=None,
-            outlet=None,  # type: ignore[arg-type]
-            delivered=lambda _p: 0,
-            on_fenced=lambda _p: None,
-        )
+        mode.journal(Over(None, None, None, lambda _p: 0, lambda _p: None))  # type: ignore[arg-type]
