@@ -17,6 +17,7 @@ import helm_python as helm
 import pytest
 
 from purgatory.service.settings import Settings, env_name
+from purgatory.service.settings_env import Bool
 from tests.helm._chart import (
     FULLNAME,
     SCENARIOS,
@@ -183,7 +184,7 @@ def test_config_types_and_ranges_are_the_service_ones() -> None:
         elif hasattr(kind_, "kind"):  # a choice
             choices = [member.value for member in kind_.kind]
             assert [c for c in node["enum"] if c is not None] == choices, name
-        elif type(kind_).__name__ == "_Bool":
+        elif isinstance(kind_, Bool):
             assert types[0] == "boolean", name
         else:
             assert types[0] == "string", name

@@ -125,17 +125,19 @@ def test_each_commit_holds_the_latest_offsets_and_commits_are_an_interval_apart(
     offset reached before it; commits start at least an interval apart until closed; with no
     commit refused, a reached offset is tried within an interval; in the end the latest offset
     of each partition is committed."""
+    # Times in the committer's own clock: whole milliseconds, as it counts its interval.
+    clock = Clock()
     events: list[tuple[str, int, dict[tuple[str, int], int]]] = []
     calls: list[tuple[int, dict[tuple[str, int], int]]] = []
     fake = broker()
     commit = commits_to(fake, calls)
 
     async def noted(offsets: Mapping[tuple[str, int], int]) -> None:
-        events.append(("commit", round(trio.current_time() * 1000), dict(offsets)))
+        events.append(("commit", clock.now_ms(), dict(offsets)))
         await commit(offsets)
-        events.append(("committed", round(trio.current_time() * 1000), dict(offsets)))
+        events.append(("committed", clock.now_ms(), dict(offsets)))
 
-    committer = Committer(noted, Clock(), interval_ms=100, backoff=BACKOFF)
+    committer = Committer(noted, clock, interval_ms=100, backoff=BACKOFF)
     closed_ms: list[int] = []
 
     async def main() -> None:
@@ -144,10 +146,10 @@ def test_each_commit_holds_the_latest_offsets_and_commits_are_an_interval_apart(
             for index, (gap_ms, fail, offsets) in enumerate(script):
                 if index == close_at:
                     committer.close()
-                    closed_ms.append(round(trio.current_time() * 1000))
+                    closed_ms.append(clock.now_ms())
                 await trio.sleep(gap_ms / 1000)
                 fake.fail_commits += fail
-                events.append(("reached", round(trio.current_time() * 1000), offsets))
+                events.append(("reached", clock.now_ms(), offsets))
                 committer.reached(offsets)
             committer.finish()
 
