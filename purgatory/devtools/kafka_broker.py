@@ -155,7 +155,8 @@ class KafkaBroker(BrokerProcess):
     """An Apache Kafka broker (one KRaft node) on free ports; a context manager.
 
     Args:
-        start_timeout_s: how long ``start`` waits for the broker to answer (and, on a first
+        start_timeout_s: how long ``start`` waits for the broker to answer (an attribute of the
+            same name: a later start may be given longer; and, on a first
             start, for the storage tool).
         data_dir: holds the broker's configuration, its log (``kafka-logs``) and, by default,
             its output; kept by ``stop``, ``kill`` and ``close``. A temporary directory,
@@ -196,7 +197,7 @@ class KafkaBroker(BrokerProcess):
             raise UsageError(f"heap_mb must be >= 128, got {heap_mb}")
         if not host:
             raise UsageError("host must be an address, got an empty string")
-        self._start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._data_dir = data_dir
         self._log_path_arg = log_path
         self._libs = libs
@@ -286,7 +287,7 @@ class KafkaBroker(BrokerProcess):
         ready = False
         try:
             wait_until_serving(
-                process, self.bootstrap_servers, self._start_timeout_s, "Kafka broker", log_path
+                process, self.bootstrap_servers, self.start_timeout_s, "Kafka broker", log_path
             )
             ready = True
         finally:
@@ -365,7 +366,7 @@ class KafkaBroker(BrokerProcess):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                timeout=self._start_timeout_s,
+                timeout=self.start_timeout_s,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
