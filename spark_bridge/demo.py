@@ -53,7 +53,7 @@ from purgatory.devtools.dev_broker import (
 from purgatory.service.settings import Settings
 from spark_bridge._connector import callbacks_from_kafka
 from spark_bridge._session import has_kafka_connector, local_session
-from spark_bridge.examples.barrier import run_barrier
+from spark_bridge.examples.barrier import deadline_after, run_barrier
 from spark_bridge.examples.inactivity import BASE_MS, EVENTS, expected_sessions, run_inactivity
 
 __all__ = ["main", "run_pipeline"]
@@ -186,7 +186,7 @@ def _run_jobs(  # noqa: PLR0917 - the pipeline's parts, as run_pipeline started 
                      show=show, connector=paths.write_connector)  # fmt: skip
     late = run_barrier(spark, bootstrap_servers=servers, service_url=url,
                        run="2026-11-23", work_dir=work / "barrier", fail=("stock",),
-                       deadline_in_ms=8_000, show=show,
+                       deadline_in_ms=deadline_after(ok), show=show,
                        connector=paths.write_connector)  # fmt: skip
     checks["barrier completed, report ran"] = ok.proceeded
     checks["barrier expired, stock named"] = not late.proceeded and late.outcome["missing"] == [

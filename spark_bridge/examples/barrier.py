@@ -23,8 +23,10 @@ Run it against a service and its broker::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ from spark_bridge._driver import Driver
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["UPSTREAMS", "BarrierResult", "main", "run_barrier"]
+__all__ = ["UPSTREAMS", "BarrierResult", "deadline_after", "main", "run_barrier"]
 
 #: The upstream jobs of the example.
 UPSTREAMS = ("orders", "users", "stock")
@@ -50,6 +52,15 @@ class BarrierResult:
     outcome: dict[str, Any]  # the callback record
     proceeded: bool
     report_rows: int | None  # rows of the report when it proceeded
+    upstream_s: float = 0.0  # from the registration to the last upstream job's signal
+
+
+def deadline_after(previous: BarrierResult, *, floor_ms: int = 8_000) -> int:
+    """A barrier deadline (ms from its registration) that upstream jobs as slow as
+    ``previous``'s meet three times over, and never under ``floor_ms``: a run meant to expire
+    for want of one job's signal then expires for that reason alone, however busy the
+    machine (Spark's writes take seconds on a quiet one, many more on a loaded one)."""
+    return max(floor_ms, round(3_000 * previous.upstream_s))
 
 
 def _key(name: str, run: str) -> str:
@@ -145,6 +156,7 @@ def run_barrier(
             payload={"job": "report", "run": run},
         )
         show(f"barrier report@{run}: registered, deadline in {deadline_in_ms} ms")
+        registered_s = time.monotonic()  # noqa: TID251 - a Spark driver: no trio here
         for name in UPSTREAMS:
             if name in fail:
                 show(f"upstream {name}@{run}: failed, no signal")
@@ -154,7 +166,9 @@ def run_barrier(
                 topic=signals_topic, connector=connector,
             )  # fmt: skip
             show(f"upstream {name}@{run}: done, signalled {_key(name, run)}")
-        return downstream_job(spark, driver, run, deadline_in_ms / 1000 + 30, show)
+        upstream_s = time.monotonic() - registered_s  # noqa: TID251 - as above
+        result = downstream_job(spark, driver, run, deadline_in_ms / 1000 + 30, show)
+        return dataclasses.replace(result, upstream_s=upstream_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ on topics of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from pyspark.errors import StreamingQueryException
 from purgatory._core import ConfigError
 from purgatory.devtools.broker import EmbeddedBroker
 from spark_bridge import signals_to_kafka
-from spark_bridge.examples.barrier import run_barrier
+from spark_bridge.examples.barrier import BarrierResult, deadline_after, run_barrier
 from spark_bridge.examples.inactivity import (
     BASE_MS,
     EVENTS,
@@ -131,7 +132,10 @@ def test_the_barrier_example_proceeds_when_complete_and_names_the_missing_key_wh
     assert done.proceeded
     assert done.outcome["outcome"] == "completed"
     assert done.report_rows == 1_000 + 2_000 + 3_000
-    late = run_barrier(spark, run=f"{run}-2", fail=("users",), deadline_in_ms=8_000, **common)
+    assert done.upstream_s > 0
+    late = run_barrier(
+        spark, run=f"{run}-2", fail=("users",), deadline_in_ms=deadline_after(done), **common
+    )
     assert not late.proceeded
     assert late.outcome["outcome"] == "expired"
     assert late.outcome["missing"] == [f"ingest/users@{run}-2"]
@@ -244,3 +248,10 @@ def test_the_demo_runs_the_whole_pipeline_and_every_check_holds(tmp_path: Path) 
     assert out.count("inactivity: session ") == 4
     assert "summary: 1 completed, 5 expired" in out
     assert "FAILED" not in out
+
+
+def test_a_late_barrier_s_deadline_grows_with_how_slow_the_upstream_jobs_were() -> None:
+    quick = BarrierResult("r", {}, proceeded=True, report_rows=6_000, upstream_s=1.2)
+    slow = dataclasses.replace(quick, upstream_s=40.0)
+    assert deadline_after(quick) == 8_000  # never under the floor
+    assert deadline_after(slow) == 120_000  # three times what the jobs took
