@@ -35,6 +35,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -43,6 +44,7 @@ import pytest
 from hypothesis import settings
 
 from purgatory._core import TransportError
+from tests.bounds import observe
 
 if TYPE_CHECKING:
     from purgatory.devtools.broker import Broker, EmbeddedBroker
@@ -56,6 +58,9 @@ settings.load_profile("purgatory")
 
 # The parameters of ``kafka_broker``, in the order their halves run; each names its fixture.
 BROKERS = {"kafka": "apache_kafka", "tansu": "tansu_broker"}
+#: How long each shared broker takes to start on a quiet machine (the measure of slowness).
+KAFKA_QUIET_S = 8.0
+TANSU_QUIET_S = 1.5
 #: The first start bound of each shared broker, doubled at each fresh start, up to the last.
 KAFKA_START_S = 60.0
 TANSU_START_S = 30.0
@@ -73,7 +78,7 @@ def tansu_broker() -> Iterator[EmbeddedBroker]:
 
     # die_with_parent: a test run killed outright (a CI timeout) leaves no broker behind.
     broker = EmbeddedBroker(die_with_parent=True, start_timeout_s=TANSU_START_S)
-    yield from _shared(broker)
+    yield from _shared(broker, "tansu start", TANSU_QUIET_S)
 
 
 @pytest.fixture(scope="session")
@@ -87,14 +92,17 @@ def apache_kafka() -> Iterator[KafkaBroker]:
 
     # die_with_parent: gone with a killed test run too.
     broker = KafkaBroker(die_with_parent=True, start_timeout_s=KAFKA_START_S)
-    yield from _shared(broker)
+    yield from _shared(broker, "kafka start", KAFKA_QUIET_S)
 
 
-def _shared(broker: B) -> Iterator[B]:
+def _shared(broker: B, what: str, quiet_s: float) -> Iterator[B]:
     """``broker`` for the session: started now if it can be (if not, the first test that
-    takes it starts it afresh, see :func:`_brokers_come_back`), closed at the end."""
+    takes it starts it afresh, see :func:`_brokers_come_back`), closed at the end; how long
+    the start took grows every bound on a real wait (:mod:`tests.bounds`)."""
+    began = time.perf_counter()
     with contextlib.suppress(TransportError):  # a missed start bound: tried again, longer
         broker.start()
+    observe(what, time.perf_counter() - began, quiet_s)
     try:
         yield broker
     finally:

@@ -17,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from purgatory.devtools.broker import free_port
+from tests.bounds import bound, observe
 from tests.devtools.test_broker import _children, _dead, _poll
 
 ROOT = Path(__file__).parent.parent
@@ -34,6 +36,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _SHELLS = ("sh", "bash", "console", "shell")
 _PURGATORY = Path(sys.executable).parent / "purgatory"
+#: How long ``purgatory dev`` takes to be ready on a quiet machine (its broker, topics, service).
+DEV_QUIET_S = 10.0
 
 # Commands the pages show that this file does not run itself: who runs them, or why nothing
 # here can (no cluster, no registry, no user Prometheus on these machines).
@@ -147,7 +151,9 @@ def dev_url() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
+        began = time.perf_counter()
         _wait_ready(url)
+        observe("purgatory dev ready", time.perf_counter() - began, DEV_QUIET_S)
         yield url
     finally:
         dev.terminate()
@@ -165,7 +171,7 @@ def _cli(url: str, *args: str) -> str:
         env=_environment(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=bound(60),
         check=True,
     )
     return done.stdout
@@ -193,7 +199,7 @@ def test_the_readme_first_operation_runs_as_shown(dev_url: str, tmp_path: Path) 
     script = tmp_path / "first.py"
     script.write_text(python.replace("http://127.0.0.1:8080", dev_url))
     ran = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=bound(60), check=True
     )
     assert ran.stdout.startswith("completed ['ingest/orders@2026-11-22'"), ran.stdout
 
@@ -329,8 +335,10 @@ def test_dev_stops_and_says_why_when_the_embedded_broker_dies(tmp_path: Path) ->
 
 
 def _wait_ready(url: str) -> None:
+    within_s = bound(60)  # a bounded wait for the broker, the topics and the service
+
     async def poll() -> None:
-        with trio.fail_after(60):  # a bounded wait for the broker, the topics and the service
+        with trio.move_on_after(within_s) as waited:
             async with httpx.AsyncClient() as http:
                 while True:
                     try:
@@ -339,5 +347,7 @@ def _wait_ready(url: str) -> None:
                     except httpx.HTTPError:
                         pass
                     await trio.sleep(0.2)
+        if waited.cancelled_caught:
+            raise AssertionError(f"purgatory dev at {url}: /readyz not 200 within {within_s:.0f} s")
 
     trio.run(poll)

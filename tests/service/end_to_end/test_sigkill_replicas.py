@@ -53,6 +53,7 @@ from purgatory.devtools.kafka_broker import KafkaBroker
 from purgatory.service.ownership.owners import range_owner
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.settings import Settings
+from tests.bounds import bound
 from tests.service.end_to_end.test_e2e import PARTITIONS, _settings
 from tests.service.end_to_end.test_sigkill import (
     READY_BOUND_S,
@@ -259,7 +260,7 @@ def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone
     try:
         for replica in replicas:
             replica.start()
-        starts = [replica.wait_ready(timeout_s=READY_BOUND_S) for replica in replicas]
+        starts = [replica.wait_ready(timeout_s=bound(READY_BOUND_S)) for replica in replicas]
         assert steady.proc is not None
         steady_pid = steady.proc.pid
         steady_ready = steady.readiness()
@@ -285,7 +286,7 @@ def test_sigkill_one_replica_under_load_loses_nothing_and_leaves_the_other_alone
             assert steady.readiness()["ready"] is True  # a peer down leaves replica 0 ready
             _pause(DOWN_S)
             killed.start()
-            restarts.append(killed.wait_ready(timeout_s=READY_BOUND_S))
+            restarts.append(killed.wait_ready(timeout_s=bound(READY_BOUND_S)))
             _pause(AFTER_S)
             for stream in both + alone:
                 stream.join(timeout_s=15)

@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from purgatory.client import operation
 from purgatory.devtools.kafka_broker import KafkaBroker
 from purgatory.service.ownership.partitioning import partition_for
+from tests.bounds import bound
 from tests.service.end_to_end.test_e2e import PARTITIONS, _settings
 from tests.service.end_to_end.test_sigkill import READY_BOUND_S, CallbackReader, Child, _pause
 
@@ -98,7 +99,7 @@ def test_a_broker_out_of_reach_for_30_s_gets_503s_then_everything_through(
     stopped = False
     try:
         service.start()
-        service.wait_ready(timeout_s=READY_BOUND_S)
+        service.wait_ready(timeout_s=bound(READY_BOUND_S))
         before = [
             operation(scope=s, op_id=f"before-{s}", keys=[f"k-{s}"], timeout_ms=LONG_MS)
             for s in SCOPES

@@ -32,6 +32,7 @@ from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from purgatory.devtools.broker import Broker, free_port
+from tests.bounds import bound
 from tests.service.end_to_end.test_e2e import _settings
 from tests.service.end_to_end.test_sigkill import (
     READY_BOUND_S,
@@ -89,9 +90,9 @@ def test_two_replicas_on_the_same_partitions_never_release_conflicting_outcomes(
     streams: list[Background] = []
     try:
         first.start()
-        first.wait_ready(timeout_s=READY_BOUND_S)
+        first.wait_ready(timeout_s=bound(READY_BOUND_S))
         second.start()
-        second.wait_ready(timeout_s=READY_BOUND_S)
+        second.wait_ready(timeout_s=bound(READY_BOUND_S))
 
         def work(seed: int) -> Background:
             def run(stop: threading.Event) -> None:
