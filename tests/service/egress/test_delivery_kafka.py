@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -228,7 +229,11 @@ def test_sigterm_with_thousands_of_expirations_due_delivers_them_all_and_exits_0
             assert answer.status_code == 200
             answer = http.post("/v1/operations:batch", json={"operations": ops[2_000:]})
             assert answer.status_code == 200
-        time.sleep(1.55)  # noqa: TID251 - a real process: every timer is due, few delivered yet
+            # The last ones registered have the latest deadlines: once the service's clock (the
+            # wall clock) passes them, every timer is due, and few are delivered yet.
+            due_ms = _latest_deadline(http, ops[-9:])
+        while _wall_ms() <= due_ms:
+            time.sleep(0.005)  # noqa: TID251 - a real process: waiting for its clock
         child.send_signal(signal.SIGTERM)
         _, err = child.communicate(timeout=60)
         assert child.returncode == 0, err.decode()[-2000:]
@@ -240,6 +245,20 @@ def test_sigterm_with_thousands_of_expirations_due_delivers_them_all_and_exits_0
     assert len(callbacks) == 4_000
     assert {c["op_id"] for c in callbacks} == {f"t{i}" for i in range(4_000)}
     assert {c["outcome"] for c in callbacks} == {"expired"}
+
+
+def _latest_deadline(http: httpx.Client, ops: list[dict[str, Any]]) -> int:
+    """The latest deadline among ``ops``, as the service recorded them."""
+    deadlines = []
+    for op in ops:
+        params = {"scope": str(op["scope"]), "op_id": str(op["op_id"])}
+        found = http.get("/v1/operation", params=params)
+        deadlines.append(int(found.json()["deadline_ms"]))
+    return max(deadlines)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _wait_ready(url: str) -> None:
