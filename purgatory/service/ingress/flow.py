@@ -110,10 +110,6 @@ class Flow:
                 return total
             total += len(expired)
 
-    def wake(self) -> None:
-        """Something may be due at once (a partition restored with overdue operations)."""
-        self.reaper.wake()
-
     async def _handed_over(self, _expired: list[Any]) -> None:
         await self._egress.wait_for_room()  # the release already took them
 
