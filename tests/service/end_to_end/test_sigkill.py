@@ -384,6 +384,24 @@ class Load:
                 op.ident for op, futures in sent if all(f.succeeded() for f in futures)
             )
 
+    def wait_known(self, client: PurgatoryClient, ops: list[Op]) -> None:
+        """Wait until the service answers for each acknowledged op of ``ops`` (a Kafka
+        registration is known once consumed; an expired one is known too)."""
+        within_s = bound(10)
+        deadline = Deadline(within_s)
+        left = [op for op in ops if op.ident in self.acked]
+        while left:
+            op = left[-1]
+            try:
+                client.get(op.scope, op.op_id)
+                left.pop()
+                continue
+            except ApiError as exc:
+                if exc.status not in (404, 503):
+                    raise
+            assert not deadline.passed(), f"{op} not consumed within {within_s:.0f} s"
+            _pause(0.02)
+
     # choices
 
     def to_signal_now(self, ops: Iterable[Op]) -> list[Op]:
@@ -629,7 +647,7 @@ def _sigkill_loop(kafka_broker: Broker, tmp_path: Path, *, transactional: bool) 
             kafka_ops = load.ops("kafka", 16, short_ms=(200, 1_500))
             load.kafka_register(kafka_ops)
             load.http_signal(client, load.to_signal_now(http_ops + batch))
-        _pause(0.3)  # the Kafka registrations are consumed (their deadlines run from then)
+            load.wait_known(client, kafka_ops)  # consumed: their deadlines run from then
         late_kafka = load.ops("kafka", 16)
 
         def while_down() -> None:
