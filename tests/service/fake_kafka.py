@@ -83,10 +83,20 @@ class FakeBroker:
     topics: dict[str, list[list[ConsumedRecord]]] = field(init=False)
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     stall: trio.Event = field(default_factory=trio.Event)
+    _changed: trio.Event = field(init=False, default_factory=trio.Event)
 
     def __post_init__(self) -> None:
         self.topics = {t: [[] for _ in range(n)] for t, n in self.partitions.items()}
         self.stall.set()
+
+    def changed(self) -> None:
+        """Something a consumer's poll reads changed: a record, a position, an assignment."""
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self) -> None:
+        """Return at the next :meth:`changed` (a consumer's long poll, without the ticks)."""
+        await self._changed.wait()
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
         """Kafka's default partitioner (murmur2 of the key), as the service computes it."""
@@ -101,6 +111,7 @@ class FakeBroker:
         records = self.topics[topic][partition]
         record = ConsumedRecord(topic, partition, len(records), key, value, 1_000)
         records.append(record)
+        self.changed()
         return record
 
     def add_partitions(self, topic: str, count: int) -> None:
@@ -108,6 +119,7 @@ class FakeBroker:
         partitions = self.topics[topic]
         assert count > len(partitions), f"{topic} has {len(partitions)} partitions already"
         partitions.extend([] for _ in range(count - len(partitions)))
+        self.changed()
 
     def records(self, topic: str) -> list[ConsumedRecord]:
         """Every record of ``topic``, partition by partition."""
@@ -208,10 +220,19 @@ class FakeSource:
     ) -> None:
         self._on_revoke = handler
 
-    async def revoke(self, partitions: set[tuple[str, int]]) -> None:
-        """A group rebalance takes ``partitions`` away (after the service handed them over)."""
+    async def revoke(
+        self, partitions: set[tuple[str, int]], *, listener_after_s: float = 0.0
+    ) -> None:
+        """A group rebalance takes ``partitions`` away (after the service handed them over).
+
+        ``listener_after_s``: the new assignment is seen this long before the rebalance
+        listener runs (kafka-python's I/O thread changes the assignment, then calls the
+        listener, while the consumer thread publishes the assignment after each poll)."""
         self._assigned[:] = [tp for tp in self._assigned if tp not in partitions]
         self.paused -= partitions
+        self._broker.changed()
+        if listener_after_s:
+            await trio.sleep(listener_after_s)
         if self._on_revoke is not None:
             await self._on_revoke(frozenset(partitions))
 
@@ -226,6 +247,7 @@ class FakeSource:
                 self.positions[tp] = position
             self.epochs[tp] = self.resume_epoch(*tp)
             self.paused.discard(tp)
+        self._broker.changed()
 
     def resume_epoch(self, topic: str, partition: int) -> int:
         return self.epochs.get((topic, partition), 0) + 1
@@ -328,7 +350,7 @@ class FakeTransport:
                         await send.send(batch)
                         broker.step("poll")
                     else:
-                        await trio.sleep(0.001)
+                        await broker.wait_changed()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(poll)
