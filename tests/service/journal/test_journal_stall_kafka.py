@@ -45,15 +45,38 @@ LONG_MS = 600_000  # the barriers complete long before their deadline
 SCOPES = ("stall-a", "stall-b", "stall-c", "stall-d")
 
 
-def _journal(url: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/readyz", timeout=5)
+def _gone(service: Child) -> str:
+    """Whether the child still runs, and its log's tail: what a failure must show (a replica
+    that exited during the outage, with the error it exited on)."""
+    assert service.proc is not None
+    code = service.proc.poll()
+    if code is None:
+        state = f"the service (pid {service.proc.pid}) still runs"
+    elif code < 0:
+        state = f"the service exited on {signal.Signals(-code).name}"
+    else:
+        state = f"the service exited with status {code}"
+    return f"{state}\n{service.log_tail(chars=12_000)}"
+
+
+def _get(service: Child, path: str) -> httpx.Response:
+    """GET ``path`` from the child; when it cannot be reached, fail with its exit status and
+    log, not a bare connection error."""
+    try:
+        return httpx.get(f"{service.url}{path}", timeout=5)
+    except httpx.TransportError as exc:
+        raise AssertionError(f"GET {path}: {exc!r}; {_gone(service)}") from exc
+
+
+def _journal(service: Child) -> dict[str, Any]:
+    response = _get(service, "/readyz")
     assert response.status_code == 200, response.text
     journal: dict[str, Any] = response.json()["journal"]
     return journal
 
 
-def _stalled_gauge(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+def _stalled_gauge(service: Child) -> float:
+    text = _get(service, "/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "purgatory_journal_stalled":
@@ -79,11 +102,12 @@ class Retrying:
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
 
-    def join(self, timeout_s: float) -> Any:
+    def join(self, timeout_s: float, service: Child) -> Any:
         self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "the retrying client did not return"
+        assert not self._thread.is_alive(), f"the retrying client did not return; {_gone(service)}"
         if self.error is not None:
-            raise self.error
+            failed = f"the retrying client failed: {self.error!r}; {_gone(service)}"
+            raise AssertionError(failed) from self.error
         return self.answer
 
 
@@ -114,13 +138,16 @@ def test_a_broker_out_of_reach_for_30_s_gets_503s_then_everything_through(
 
         # A write without retries: 503 with Retry-After within the bound, not a hang.
         began = time.perf_counter()
-        refused = httpx.post(
-            f"{service.url}/v1/operations",
-            json=operation(
-                scope=SCOPES[0], op_id="refused", keys=["k-refused"], timeout_ms=LONG_MS
-            ),
-            timeout=CLIENT_TIMEOUT_S,
-        )
+        try:
+            refused = httpx.post(
+                f"{service.url}/v1/operations",
+                json=operation(
+                    scope=SCOPES[0], op_id="refused", keys=["k-refused"], timeout_ms=LONG_MS
+                ),
+                timeout=CLIENT_TIMEOUT_S,
+            )
+        except httpx.TransportError as exc:
+            raise AssertionError(f"POST /v1/operations: {exc!r}; {_gone(service)}") from exc
         refused_s = time.perf_counter() - began
         assert refused.status_code == 503, refused.text
         assert refused.headers["retry-after"] == "1"
@@ -145,34 +172,37 @@ def test_a_broker_out_of_reach_for_30_s_gets_503s_then_everything_through(
                 )
 
                 # The replica stays ready and says the journal is stalled.
-                journal = _journal(service.url)
+                journal = _journal(service)
                 assert journal["state"] == "stalled", journal
                 assert journal["unacknowledged_seconds"] >= WAIT_S, journal
-                assert _stalled_gauge(service.url) == 1
+                assert _stalled_gauge(service) == 1
                 stalled_seen_s = journal["unacknowledged_seconds"]
 
                 _pause(max(0.0, OUTAGE_S - (time.perf_counter() - stopped_at)))
-                assert registration.done_at is None and signals.done_at is None
-                journal = _journal(service.url)
+                assert registration.done_at is None and signals.done_at is None, (
+                    f"a retrying client returned during the outage: {registration.error!r},"
+                    f" {signals.error!r}; {_gone(service)}"
+                )
+                journal = _journal(service)
                 assert journal["state"] == "stalled", journal
                 os.kill(pid, signal.SIGCONT)
                 stopped = False
                 back_at = time.perf_counter()
                 outage_s = back_at - stopped_at
 
-                registered = registration.join(CLIENT_TIMEOUT_S)
-                signalled = signals.join(CLIENT_TIMEOUT_S)
+                registered = registration.join(CLIENT_TIMEOUT_S, service)
+                signalled = signals.join(CLIENT_TIMEOUT_S, service)
         # Its first try was applied before the outage ended and became durable after it.
         assert registered["status"] == "duplicate", registered
         assert signalled["accepted"] == len(SCOPES), signalled
         assert registration.done_at is not None and signals.done_at is not None
         client_s = registration.done_at - stopped_at
 
-        while _journal(service.url)["state"] != "ok":
+        while _journal(service)["state"] != "ok":
             assert time.perf_counter() - back_at < 60, service.log_tail()
             _pause(0.1)
         journal_ok_s = time.perf_counter() - back_at
-        assert _stalled_gauge(service.url) == 0
+        assert _stalled_gauge(service) == 0
         began = time.perf_counter()
         with service.client(timeout_s=30) as client:
             after = client.register(
