@@ -136,6 +136,7 @@ class Follower:
         self._config = config
         self.table = table
         self.progress: dict[int, Progress] = {}  # each held partition's latest restore
+        self._dropped: dict[int, trio.Event] = {}  # handing over: set once it is dropped
 
     # -- what the rest of the service reads ----------------------------------------------------
 
@@ -318,9 +319,21 @@ class Follower:
     async def hand_over(self, taken: frozenset[tuple[str, int]]) -> None:
         """A rebalance takes partitions away (or they were lost with the session): stop
         applying them, let what they recorded settle and what they decided be delivered, write
-        their delivered marks, and drop them (see the module docstring)."""
+        their delivered marks, and drop them (see the module docstring).
+
+        Returns once every one of them is dropped, whoever began its hand-over: the source
+        publishes the new assignment before its rebalance listener calls this, so
+        :meth:`run`'s look may have begun it already. The rebalance goes on when this
+        returns, and the next owner restores the partition from the changelog then: a record
+        still in flight would be missing there, and a write this replica answers 2xx once it
+        lands unknown to the partition's next owner."""
         topics = self._config.input_topics
-        await self._settle(self._revoke({p for t, p in taken if t in topics}))
+        partitions = {p for t, p in taken if t in topics}
+        await self._settle(self._revoke(partitions))
+        for partition in sorted(partitions):
+            dropped = self._dropped.get(partition)
+            if dropped is not None:
+                await dropped.wait()
 
     def _revoke(self, partitions: Iterable[int]) -> dict[int, bool]:
         """Move each held partition of ``partitions`` to ``handing over``, at once: it applies
@@ -334,10 +347,23 @@ class Follower:
             serving = life.state is PartitionState.SERVING
             self.table.on(partition, LifeEvent.REVOKED, now)
             self._partitions.drop(partition, keep_acked=serving)
+            self._dropped[partition] = trio.Event()
             moved[partition] = serving
         return moved
 
     async def _settle(self, moved: dict[int, bool]) -> None:
+        """Settle and drop the partitions :meth:`_revoke` moved; then whoever waits for their
+        hand-over (:meth:`hand_over`) goes on, however it ended."""
+        dropped = {p: self._dropped[p] for p in moved if p in self._dropped}
+        try:
+            await self._settle_moved(moved)
+        finally:
+            for partition, event in dropped.items():
+                event.set()
+                if self._dropped.get(partition) is event:
+                    del self._dropped[partition]
+
+    async def _settle_moved(self, moved: dict[int, bool]) -> None:
         if not moved:
             return
         serving = sorted(p for p, was in moved.items() if was)

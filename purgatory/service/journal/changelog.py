@@ -250,10 +250,14 @@ class Changelog:
 
     def forget(self, partition: int) -> None:
         """This writer no longer owns ``partition`` (everything it recorded there is settled:
-        acknowledged, or withdrawn by a fence). Anything of it still unwritten is withdrawn."""
+        acknowledged, or withdrawn by a fence). Anything of it still unwritten (a hand-over
+        that ran out of its grace) is withdrawn, and a write that waits for it fails as a
+        fenced one does (:meth:`durable`): it is in no log, and its next owner must not find
+        a record of a writer that let the partition go."""
         self.writer.forget(partition)
         self._fenced.discard(partition)
-        self._withdraw(partition)
+        if self._withdraw(partition):
+            self._fences[partition] = self._fences.get(partition, 0) + 1
 
     async def close_partition(self, partition: int) -> None:
         """``partition`` left this replica (its transactional producer, if any, is let go)."""
@@ -419,14 +423,21 @@ class Changelog:
         self.fenced += 1
         self._withdraw(partition)
 
-    def _withdraw(self, partition: int) -> None:
-        """Drop what ``partition`` recorded and is not yet written, and what it would release."""
+    def _withdraw(self, partition: int) -> int:
+        """Drop what ``partition`` recorded and is not yet written, and what it would release;
+        returns how many entries were dropped."""
+        withdrawn = 0
         for batch in [*self._sealed, self._open]:
             part = batch.parts.pop(partition, None)
             if part is not None:
+                withdrawn += len(part.entries)
                 self._pending_entries -= len(part.entries)
             batch.releases = [(p, r) for p, r in batch.releases if p != partition]
+        if self._last is self._open and self._open.empty():  # waited for: done once written
+            self._seal()
+            self._wakeup.set()
         self._room.set()
+        return withdrawn
 
     def _fail(self, batch: Batch, error: TransportError) -> None:
         self._failure = error
