@@ -11,6 +11,12 @@ what was committed when the read began. A restore reads after its own producer t
 partition (``init_transactions`` aborted or completed what an earlier owner left open), so
 its end is everything committed. The batches are handed to ``handle`` in the same thread, so
 a replay there runs off the event loop.
+
+Whatever a kafka-python call raises for a broker fault is a ``TransportError``
+(:mod:`purgatory.service.kafka.faults`: ``AssertionError`` and ``ValueError`` under partial
+metadata too), which the reader's callers retry; an error of ``handle`` is the caller's own and
+passes unchanged. Closing the consumer cannot fail a read: a fault there is logged, and the
+read's result (or its error) stands.
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ from typing import Any
 
 import trio
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
 
 from purgatory._core import TransportError
 from purgatory.service.kafka.config import KafkaClientConfig, no_client_metrics, no_topic_creation
+from purgatory.service.kafka.faults import client_faults
 from purgatory.service.kafka.transport import ConsumedRecord
+from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["KafkaLogReader", "open_kafka_reader"]
+
+_log = get_logger()
 
 _POLL_TIMEOUT_MS = 200
 
@@ -91,11 +100,10 @@ class KafkaLogReader:
     def _count(self, topic: str) -> int:
         consumer = self._consumer()
         try:
-            partitions = consumer.partitions_for_topic(topic)
-        except KafkaError as exc:
-            raise TransportError(f"metadata of {topic!r}: {exc}") from exc
+            with client_faults(f"metadata of {topic!r}"):
+                partitions = consumer.partitions_for_topic(topic)
         finally:
-            consumer.close(autocommit=False)
+            _close(consumer)
         if not partitions:
             raise TransportError(f"topic {topic!r} does not exist (or has no partitions)")
         return len(partitions)
@@ -113,10 +121,8 @@ class KafkaLogReader:
             "max_poll_records": 10_000,
             "isolation_level": self._isolation,
         }
-        try:
+        with client_faults(f"cannot reach Kafka at {self._config.servers()}"):
             return KafkaConsumer(**self._config.kafka_kwargs(), **options)
-        except KafkaError as exc:
-            raise TransportError(f"cannot reach Kafka at {self._config.servers()}: {exc}") from exc
 
     def _read(
         self,
@@ -127,22 +133,24 @@ class KafkaLogReader:
     ) -> int:
         consumer = self._consumer()
         tp = TopicPartition(topic, partition)
+        failed = f"reading {topic}[{partition}] failed"
         try:
-            if partition not in (consumer.partitions_for_topic(topic) or set()):
-                raise TransportError(f"topic {topic!r} has no partition {partition}")
-            consumer.assign([tp])
-            if start is None:  # the end only: read from the last offset ListOffsets knows
-                consumer.seek_to_end(tp)
-            else:
-                consumer.seek(tp, start)
-            stable = consumer.end_offsets([tp])[tp] if self._committed else None
+            with client_faults(failed):
+                if partition not in (consumer.partitions_for_topic(topic) or set()):
+                    raise TransportError(f"topic {topic!r} has no partition {partition}")
+                consumer.assign([tp])
+                if start is None:  # the end only: read from the last offset ListOffsets knows
+                    consumer.seek_to_end(tp)
+                else:
+                    consumer.seek(tp, start)
+                stable = consumer.end_offsets([tp])[tp] if self._committed else None
             idle_polls = 0
             max_idle_polls = max(1, int(self._stall_timeout_s * 1000 / _POLL_TIMEOUT_MS))
             seen: tuple[int | None, int | None] = (None, None)
             while True:
-                polled = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS)
-                records = polled.get(tp, [])
-                if records and handle is not None:
+                with client_faults(failed):
+                    records = consumer.poll(timeout_ms=_POLL_TIMEOUT_MS).get(tp, [])
+                if records and handle is not None:  # the caller's code: its errors are its own
                     handle(
                         [
                             ConsumedRecord(
@@ -151,9 +159,10 @@ class KafkaLogReader:
                             for r in records
                         ]
                     )
-                highwater = consumer.highwater(tp) if stable is None else stable
-                position = consumer.position(tp)
-                if highwater is not None and position >= highwater:
+                with client_faults(failed):
+                    highwater = consumer.highwater(tp) if stable is None else stable
+                    position = consumer.position(tp)
+                if highwater is not None and position is not None and position >= highwater:
                     return int(highwater) if start is None else int(position)
                 if (highwater, position) != seen:  # a fetch answered, or records came
                     seen = (highwater, position)
@@ -163,10 +172,18 @@ class KafkaLogReader:
                         f"reading {topic}[{partition}] made no progress for"
                         f" {self._stall_timeout_s:.0f} s (at offset {position})"
                     )
-        except KafkaError as exc:
-            raise TransportError(f"reading {topic}[{partition}] failed: {exc}") from exc
         finally:
+            _close(consumer)
+
+
+def _close(consumer: Any) -> None:
+    """Close a reader's consumer, which is dropped either way: a fault of the client here is
+    logged, so that it replaces neither the read's result nor the error it ended on."""
+    try:
+        with client_faults("closing a reader's consumer"):
             consumer.close(autocommit=False)
+    except TransportError as exc:
+        _log.warning("kafka_reader_close_failed", error=str(exc))
 
 
 @asynccontextmanager

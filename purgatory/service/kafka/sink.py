@@ -78,6 +78,14 @@ __all__ = ["KafkaDelivery", "KafkaSink", "SinkStatistics", "open_kafka_sink"]
 
 _TAKE_MAX = 1000
 _CLOSE_TIMEOUT_S = 5.0
+#: How ``producer.send`` refuses a record whose topic or partition is missing from its metadata
+#: at that moment: a ``ValueError``, not a KafkaError (kafka-python's ``KafkaProducer._partition``,
+#: then the partitioner it calls, :mod:`purgatory.service.kafka.partitioner`).
+_NO_PARTITION = (
+    "Unrecognized partition",
+    "Partitioner did not assign a partition",
+    "not found in ClusterMetadata",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +301,15 @@ class _ProducerThread:
             if getattr(exc, "retriable", False):
                 unreachable.add(record.topic)
             self._on_error(delivery, index, exc)
+            return
+        except ValueError as exc:
+            if not any(text in str(exc) for text in _NO_PARTITION):
+                raise  # a record kafka-python cannot take at all: a bug, not the broker
+            # Its metadata lacked the topic or the partition for a moment: a metadata answer
+            # with an error for the topic drops it (a broker fencing itself, leaders moving),
+            # and the I/O thread can do so between send's own check and its use. Retriable.
+            missing = TransportError(f"{record.topic}[{record.partition}]: {exc}")
+            self._on_error(delivery, index, missing)
             return
         future.add_callback(functools.partial(self._on_ack, delivery, index))
         future.add_errback(functools.partial(self._on_error, delivery, index))

@@ -440,11 +440,16 @@ class _ConsumerThread:
         self.assigned = frozenset((tp.topic, tp.partition) for tp in assigned)
 
     def _publish_counts(self, consumer: Any) -> None:
-        """Each topic's partition count in the consumer's metadata (the topics read are always
-        in it); a topic missing from it (being deleted) keeps its last count."""
+        """Each topic's partition count in the consumer's cached metadata; a topic missing from
+        it keeps its last count. The cache, not ``consumer.partitions_for_topic``: for a topic
+        the cache lacks, that asks the broker for every topic's metadata and waits without a
+        bound, and raises whatever ends the wait. A metadata answer with an error for the
+        topic drops it from the cache (a broker fencing itself, leaders moving), and the
+        broker that gave it may be unreachable next: the thread would hang for the request's
+        timeout, then end the source (and the replica) on a retriable error."""
         counts = dict(self.partition_counts)
         for topic in self._topics:
-            partitions = consumer.partitions_for_topic(topic)
+            partitions = consumer._cluster.partitions_for_topic(topic)
             if partitions:
                 counts[topic] = len(partitions)
         self.partition_counts = counts
