@@ -61,6 +61,9 @@ _POLL_TIMEOUT_MS = 100
 _CHANNEL_BATCHES = 4
 _FULL_CHANNEL_WAIT_S = 0.01
 _COMMIT_TIMEOUT_MS = 30_000
+#: the longest the consumer thread waits for the broker to say where a partition is read from
+#: (unbounded, ``committed`` would hold the thread, and every commit, through an outage)
+_ASK_TIMEOUT_MS = 5_000
 _POLL_RETRY_S = 0.5  # after a poll that failed for a retriable reason (the broker away)
 _HAND_OVER_POLL_S = 0.01  # how often a rebalance listener looks whether its hand-over is done
 _COUNTS_EVERY_POLLS = 10  # at most a second apart while idle (each poll waits at most 100 ms)
@@ -164,6 +167,7 @@ class _ConsumerThread:
         self.consumer: Any = None  # once connected (its group metadata is read from trio)
         self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
         self._resumes: queue.SimpleQueue[_ResumeRequest] = queue.SimpleQueue()
+        self._deferred_resume: _ResumeRequest | None = None  # its positions were not answered
         self._reading: set[Any] = set()  # assigned and resumed
         self._held: set[Any] = set()  # assigned, paused until resumed
         self._lock = threading.Lock()
@@ -249,31 +253,51 @@ class _ConsumerThread:
 
     def _serve_resumes(self, consumer: Any) -> None:
         while True:
+            request = self._deferred_resume
+            if request is None:
+                try:
+                    request = self._resumes.get_nowait()
+                except queue.Empty:
+                    return
             try:
-                request = self._resumes.get_nowait()
-            except queue.Empty:
+                positions = self._resume_positions(consumer, request)
+            except KafkaError as exc:
+                # The broker did not answer where to read from (it is away, or moving its
+                # leaders): nothing was resumed yet, so the whole request waits for the next
+                # turn of the loop. The partitions stay held; their hand-over still waits.
+                self._deferred_resume = request
+                _log.warning("consumer_resume_deferred", error=str(exc), retry_in_s=_POLL_RETRY_S)
                 return
-            assigned = consumer.assignment()
-            for (topic, partition), asked in request.positions.items():
-                tp = TopicPartition(topic, partition)
-                if tp not in assigned:
-                    continue
-                position = asked
-                if position is None and tp in self._reading and self._start == "committed":
-                    # Taken again while it was read (a fence restored it): what was read
-                    # meanwhile was skipped, so read again from the group's committed offset.
-                    position = consumer.committed(tp)
-                    if position is None:
-                        position = consumer.beginning_offsets([tp])[tp]
+            self._deferred_resume = None
+            for tp, position in positions.items():
                 if position is not None:
                     consumer.seek(tp, position)
                     self._next_offsets[tp] = position
-                self._epochs[tp] = request.epochs[(topic, partition)]
+                self._epochs[tp] = request.epochs[(tp.topic, tp.partition)]
                 consumer.resume(tp)
                 self._held.discard(tp)
                 self._reading.add(tp)
             self._publish_held()
             request.token.run_sync_soon(request.done.set)
+
+    def _resume_positions(self, consumer: Any, request: _ResumeRequest) -> dict[Any, int | None]:
+        """Where each assigned partition of ``request`` is read from (None: where it is). Asks
+        the broker only for a partition taken again while it was read; raises its error."""
+        assigned = consumer.assignment()
+        positions: dict[Any, int | None] = {}
+        for (topic, partition), asked in request.positions.items():
+            tp = TopicPartition(topic, partition)
+            if tp not in assigned:
+                continue
+            position = asked
+            if position is None and tp in self._reading and self._start == "committed":
+                # Taken again while it was read (a fence restored it): what was read
+                # meanwhile was skipped, so read again from the group's committed offset.
+                position = consumer.committed(tp, timeout_ms=_ASK_TIMEOUT_MS)
+                if position is None:
+                    position = consumer.beginning_offsets([tp], _ASK_TIMEOUT_MS)[tp]
+            positions[tp] = position
+        return positions
 
     def request_commit(self, request: _CommitRequest) -> None:
         with self._lock:
