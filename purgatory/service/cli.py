@@ -3,12 +3,13 @@
 ``serve`` runs the service as configured by ``PURGATORY_*`` variables (flags override them);
 ``dev`` starts a development broker on a free loopback port (the embedded Tansu, or Apache Kafka
 with ``--broker kafka``), creates the topics and serves against it; ``op``, ``signal`` and
-``watermark`` call a running service's HTTP API; ``demo --engine`` plays the typical uses on the
-engine alone, in-process. The whole-pipeline demo (embedded broker, the service, Spark jobs)
-lives on the Spark side, ``purgatory-pipeline``: ``demo`` without ``--engine`` says so and exits
-with status 2. Bad arguments and settings are answered with a message that names them and exit
-status 2, and so is a development broker that cannot start (its package or jars missing); an
-error answer from the service prints its field and exits 1.
+``watermark`` call a running service's HTTP API, retrying a 503 (a broker restarting, a
+partition restoring) until ``--timeout-s`` (30 s by default) has passed; ``demo --engine`` plays
+the typical uses on the engine alone, in-process. The whole-pipeline demo (embedded broker, the
+service, Spark jobs) lives on the Spark side, ``purgatory-pipeline``: ``demo`` without
+``--engine`` says so and exits with status 2. Bad arguments and settings are answered with a
+message that names them and exit status 2, and so is a development broker that cannot start (its
+package or jars missing); an error answer from the service prints its field and exits 1.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from reaper import Clock
 __all__ = ["main"]
 
 _DEFAULT_URL = "http://127.0.0.1:8080"
+#: How long a client command may take by default, its retries of a 503 included (seconds).
+_CLIENT_TIMEOUT_S = 30.0
+_MAX_TIMEOUT_S = 3600.0
 _PIPELINE = "`purgatory-pipeline` (or `python -m spark_bridge.demo`, `make demo`)"
 
 
@@ -42,6 +46,16 @@ def _bounded_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not 0.1 <= value <= 100:
         raise argparse.ArgumentTypeError(f"must be between 0.1 and 100, got {value}")
+    return value
+
+
+def _timeout_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= _MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and {_MAX_TIMEOUT_S:g}, got {value}")
     return value
 
 
@@ -98,6 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     client_args = argparse.ArgumentParser(add_help=False)
     client_args.add_argument("--url", default=os.environ.get("PURGATORY_URL", _DEFAULT_URL))
     client_args.add_argument("--token", default=os.environ.get("PURGATORY_API_TOKEN"))
+    client_args.add_argument(
+        "--timeout-s",
+        type=_timeout_s,
+        default=_CLIENT_TIMEOUT_S,
+        help="how long the call may take, its retries of a 503 included (a broker restarting,"
+        f" a partition restoring; op wait also waits its --timeout-ms); default"
+        f" {_CLIENT_TIMEOUT_S:g}",
+    )
 
     op = commands.add_parser("op", help="register, inspect, wait for or cancel operations")
     ops = op.add_subparsers(dest="op_command", required=True)
@@ -147,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _client_call(args: argparse.Namespace) -> Any:
-    with PurgatoryClient(args.url, token=args.token) as client:
+    with PurgatoryClient(args.url, token=args.token, timeout_s=args.timeout_s) as client:
         if args.command == "signal":
             return client.signal(
                 args.scope, args.key, payload=args.payload, event_time_ms=args.event_time_ms
@@ -178,7 +200,7 @@ def _client_call(args: argparse.Namespace) -> Any:
 
 def _top(args: argparse.Namespace) -> int:
     """``purgatory top``: one frame with ``--once``, else a frame every ``--interval-s``."""
-    with PurgatoryClient(args.url, token=args.token) as client:
+    with PurgatoryClient(args.url, token=args.token, timeout_s=args.timeout_s) as client:
         try:
             while True:
                 frame = render_top(client.overview())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -11,6 +12,7 @@ import trio.testing
 
 from purgatory.client import AsyncPurgatoryClient, PurgatoryClient
 from purgatory.client._requests import ApiError, retry_after_s
+from purgatory.service import cli
 
 RESTORING = {"error": {"status": 503, "field": "scope", "message": "partition 1 is being restored"}}
 
@@ -169,3 +171,30 @@ def test_the_async_client_gives_up_under_asyncio_when_its_timeout_is_spent() -> 
     with pytest.raises(ApiError) as info:
         asyncio.run(main())
     assert info.value.status == 503 and len(calls) == 3 and time.slept == [1.0, 1.0]
+
+
+def test_the_cli_retries_for_as_long_as_its_timeout_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker that restarts under ``purgatory dev --broker kafka`` takes 8 s on a quiet
+    machine and a minute on a loaded one: the CLI's budget for the 503s is the user's to set."""
+    calls: list[str] = []
+    budgets: list[float] = []
+
+    def client(url: str, *, token: str | None, timeout_s: float) -> PurgatoryClient:
+        budgets.append(timeout_s)
+        made, _time = _blocking(_service(60, calls), timeout_s)  # 503s for a minute
+        return made
+
+    monkeypatch.setattr(cli, "PurgatoryClient", client)
+    assert cli.main(["signal", "--scope", "s", "--key", "k"]) == 1  # 30 s by default
+    assert "purgatory: 503 scope: partition 1 is being restored" in capsys.readouterr().err
+    assert budgets == [30.0] and len(calls) == 31
+    calls.clear()
+    assert cli.main(["signal", "--scope", "s", "--key", "k", "--timeout-s", "90"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"status": "pending"}
+    assert budgets == [30.0, 90.0] and len(calls) == 61
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["op", "get", "--scope", "s", "--id", "o", "--timeout-s", "0"])
+    assert refused.value.code == 2
+    assert "--timeout-s: must be between 0.1 and 3600, got 0.0" in capsys.readouterr().err
