@@ -19,8 +19,10 @@ loopback before anything else. Two can be chosen, behind one contract
 
 While ``purgatory dev`` serves, :class:`BrokerWatch` looks at its broker twice a second. Apache
 Kafka that exits on its own (a crash, a ``kill -9``) is started again on the same data dir and
-ports, so the service, which waits for the broker as it would in production (writes answer 503,
-consumed inputs wait), carries on with its log intact; the watch logs ``dev_broker_exited`` and
+ports (a start that misses its bound, 60 s, is tried again with the bound doubled, up to
+:data:`RESTART_MAX_S`: a loaded machine is slower, not broken), so the service, which waits
+for the broker as it would in production (writes answer 503, consumed inputs wait), carries on
+with its log intact; the watch logs ``dev_broker_exited`` and
 ``dev_broker_restarted``. Tansu cannot come back (everything it held was in its memory, and a
 service restored from empty topics would forget what it acknowledged): the watch logs
 ``dev_broker_lost``, stops the service gracefully, and ``purgatory dev`` exits 1 saying so.
@@ -50,6 +52,7 @@ from purgatory.service.telemetry.logging import get_logger
 __all__ = [
     "DEV_BROKERS",
     "DEV_BROKER_ENV",
+    "RESTART_MAX_S",
     "BrokerWatch",
     "DevBrokerError",
     "describe",
@@ -62,6 +65,9 @@ DEV_BROKERS = ("tansu", "kafka")
 
 #: The environment variable that chooses one when the command line does not.
 DEV_BROKER_ENV = "PURGATORY_DEV_BROKER"
+
+#: The longest bound a restart of dev's Kafka is given (its start bound, doubled per failure).
+RESTART_MAX_S = 480.0
 
 _NAMES = {"tansu": "Tansu (embedded)", "kafka": "Apache Kafka"}
 
@@ -199,6 +205,31 @@ class BrokerWatch:
             pass
         threading.Event().wait()  # parked, never ends: see start()
 
+    def _restart(self) -> TransportError | None:
+        """Start the broker again on the same data dir and ports; None once it serves, else
+        the last failure. A start that fails is tried again with its bound doubled, up to
+        :data:`RESTART_MAX_S`: on a loaded machine a JVM takes minutes to start, not
+        seconds, and a service that waits for its broker is better than one stopped."""
+        first_s = self._broker.start_timeout_s
+        try:
+            while True:
+                try:
+                    self._broker.start()
+                except TransportError as exc:
+                    if self._broker.start_timeout_s * 2 > RESTART_MAX_S:
+                        return exc
+                    self._broker.start_timeout_s *= 2
+                    _log.warning(
+                        "dev_broker_restart_slow",
+                        broker=self._kind,
+                        error=str(exc).split("; log:", 1)[0],
+                        next_timeout_s=self._broker.start_timeout_s,
+                    )
+                else:
+                    return None
+        finally:
+            self._broker.start_timeout_s = first_s
+
     def _watch_once(self) -> bool:
         """Look once; False once there is nothing more to watch."""
         with self._lock:
@@ -212,17 +243,15 @@ class BrokerWatch:
             self._broker.stop()  # reaps it and closes its log; the data dir stays
             if restart:
                 began = time.perf_counter()
-                try:
-                    self._broker.start()  # the same data dir and ports
-                except TransportError as exc:
-                    self.lost = (
-                        f"Apache Kafka exited (status {status}) and did not start again: {exc}"
-                    )
-                else:
+                failed = self._restart()
+                if failed is None:
                     self.restarts += 1
                     seconds = round(time.perf_counter() - began, 1)
                     _log.info("dev_broker_restarted", broker=self._kind, seconds=seconds)
                     return True
+                self.lost = (
+                    f"Apache Kafka exited (status {status}) and did not start again: {failed}"
+                )
             else:
                 self.lost = (
                     f"the embedded broker exited (status {status}); everything it held was in its"

@@ -16,7 +16,13 @@ import pytest
 from purgatory._core import ConfigError, TransportError
 from purgatory.devtools import kafka_broker as kafka_broker_module
 from purgatory.devtools.broker import MISSING_TANSU, EmbeddedBroker, free_port
-from purgatory.devtools.dev_broker import DEV_BROKER_ENV, dev_broker_kind, open_dev_broker
+from purgatory.devtools.dev_broker import (
+    DEV_BROKER_ENV,
+    RESTART_MAX_S,
+    BrokerWatch,
+    dev_broker_kind,
+    open_dev_broker,
+)
 from purgatory.service import main
 
 
@@ -127,3 +133,39 @@ def test_bad_choices_are_configuration_errors_before_a_broker_starts(
 def test_the_dev_broker_refuses_an_unknown_kind() -> None:
     with pytest.raises(ConfigError, match="--broker: one of tansu, kafka"), open_dev_broker("x"):
         pass
+
+
+class _SlowKafka:
+    """A broker that exited (``kill -9``) and then misses its start bound ``misses`` times, as
+    a JVM does on a machine at load 30 (a minute and more to serve)."""
+
+    def __init__(self, misses: int) -> None:
+        self.start_timeout_s = 60.0
+        self.misses = misses
+        self.bounds: list[float] = []
+        self.status: int | None = -9
+
+    def exit_status(self) -> int | None:
+        return self.status
+
+    def stop(self) -> None:
+        self.status = None
+
+    def start(self) -> None:
+        self.bounds.append(self.start_timeout_s)
+        if len(self.bounds) <= self.misses:
+            raise TransportError(f"the Kafka broker did not serve within {self.start_timeout_s} s")
+
+
+def test_a_kafka_restart_that_misses_its_bound_is_tried_again_with_the_bound_doubled() -> None:
+    lost: list[bool] = []
+    slow = _SlowKafka(misses=2)
+    watch = BrokerWatch("kafka", slow, on_lost=lambda: lost.append(True))  # type: ignore[arg-type]
+    assert watch._watch_once()
+    assert slow.bounds == [60.0, 120.0, 240.0] and slow.start_timeout_s == 60.0
+    assert watch.restarts == 1 and watch.lost is None and not lost
+    stuck = _SlowKafka(misses=99)  # past RESTART_MAX_S it is stuck, not slow: dev says so
+    watch = BrokerWatch("kafka", stuck, on_lost=lambda: lost.append(True))  # type: ignore[arg-type]
+    assert not watch._watch_once()
+    assert stuck.bounds == [60.0, 120.0, 240.0, RESTART_MAX_S] and lost == [True]
+    assert watch.lost is not None and "did not serve within 480.0 s" in watch.lost
