@@ -9,6 +9,7 @@ and keep its log in ``--data-dir`` for the next start.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,6 +30,7 @@ from markdown_it.token import Token
 
 from purgatory.devtools.broker import free_port
 from tests.bounds import bound, observe
+from tests.conftest import KAFKA_QUIET_S
 from tests.devtools.test_broker import _children, _dead, _poll
 
 ROOT = Path(__file__).parent.parent
@@ -38,6 +40,11 @@ _SHELLS = ("sh", "bash", "console", "shell")
 _PURGATORY = Path(sys.executable).parent / "purgatory"
 #: How long ``purgatory dev`` takes to be ready on a quiet machine (its broker, topics, service).
 DEV_QUIET_S = 10.0
+#: The same with ``--broker kafka`` (a JVM, and on a first start the storage tool before it).
+DEV_KAFKA_QUIET_S = 12.0
+#: How long dev gives its Kafka to serve at its start (``KafkaBroker``'s ``start_timeout_s``):
+#: past it dev says so and exits 2, so a wait for dev's broker need not guess beyond it.
+DEV_KAFKA_START_S = 60.0
 
 # Commands the pages show that this file does not run itself: who runs them, or why nothing
 # here can (no cluster, no registry, no user Prometheus on these machines).
@@ -165,14 +172,32 @@ def _environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PURGATORY_")}
 
 
-def _cli(url: str, *args: str) -> str:
-    done = subprocess.run(
-        [str(_PURGATORY), *args, "--url", url],
-        env=_environment(),
-        capture_output=True,
-        text=True,
-        timeout=bound(60),
-        check=True,
+def _cli(url: str, *args: str, within_s: float | None = None, log: Path | None = None) -> str:
+    """``purgatory ARGS --url URL``'s output; a failure, or no answer within ``within_s``
+    (``bound(60)`` when omitted), names the command, its bound and what it printed (and the
+    end of the service's ``log``, when given)."""
+    within_s = bound(60) if within_s is None else within_s
+    command = ["purgatory", *args]
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [str(_PURGATORY), *args, "--url", url],
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=within_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"{shlex.join(command)}: no answer within {within_s:.0f} s; stderr: {exc.stderr!r}"
+            + (f"; the service's log: {_tail(log)}" if log is not None else "")
+        ) from None
+    took_s = time.perf_counter() - began
+    assert done.returncode == 0, (
+        f"{shlex.join(command)}: exit {done.returncode} after {took_s:.1f} s (bound"
+        f" {within_s:.0f} s): {done.stderr.strip()[-2000:]}"
+        + (f"; the service's log: {_tail(log)}" if log is not None else "")
     )
     return done.stdout
 
@@ -247,8 +272,44 @@ def _dev_on_kafka(port: int, data: Path, log: Path) -> subprocess.Popen[bytes]:
 def _stop(dev: subprocess.Popen[bytes], brokers: list[int], log: Path) -> None:
     """SIGTERM, as `kill %1` sends: a graceful stop, exit 0, and no Kafka left behind."""
     dev.send_signal(signal.SIGTERM)
-    assert dev.wait(30) == 0, log.read_text(errors="replace")[-3000:]
-    assert _poll(lambda: all(_dead(pid) for pid in brokers), 10.0), brokers
+    within_s = bound(30)
+    try:
+        status = dev.wait(within_s)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"purgatory dev did not exit within {within_s:.0f} s of SIGTERM: {_tail(log)}"
+        ) from None
+    assert status == 0, f"purgatory dev exited {status} after SIGTERM: {_tail(log)}"
+    within_s = bound(10)
+    assert _poll(lambda: all(_dead(pid) for pid in brokers), within_s), (
+        f"Kafka {brokers} still running {within_s:.0f} s after purgatory dev exited"
+    )
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+class _Phases:
+    """How long each phase of a test took: a failure lists them (pytest shows the note)."""
+
+    def __init__(self) -> None:
+        self.took: list[tuple[str, float]] = []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        except BaseException as exc:
+            exc.add_note(
+                f"phases: {self}; failed in {name} after {time.perf_counter() - began:.1f} s"
+            )
+            raise
+        self.took.append((name, time.perf_counter() - began))
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.took) or "none"
 
 
 @pytest.mark.kafka
@@ -261,42 +322,65 @@ def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart
     assert (create[:2], wait[:2]) == (["op", "create"], ["op", "wait"])
     port, data, log = free_port(), tmp_path / "kafka", tmp_path / "dev.log"
     url = f"http://127.0.0.1:{port}"
+    phase = _Phases()
     dev = _dev_on_kafka(port, data, log)
     brokers: list[int] = []
     try:
-        _wait_ready(url)
+        with phase("first start"):
+            _wait_kafka_dev_ready(url, dev, log)
         brokers = _children(dev.pid, b"kafka.Kafka")  # Apache Kafka, not Tansu
-        assert len(brokers) == 1, log.read_text(errors="replace")[-3000:]
-        answers = [json.loads(_cli(url, *args)) for args in (create, signal_a, signal_b, wait)]
+        assert len(brokers) == 1, _tail(log)
+        with phase("first operation"):
+            answers = [json.loads(_cli(url, *args)) for args in (create, signal_a, signal_b, wait)]
         assert answers[2] == {"accepted": 1, "completed": 1}
         assert answers[3]["outcome"]["outcome"] == "completed"
         assert answers[3]["outcome"]["payload"] == {"job": "report"}
-        _cli(url, "op", "create", "--scope", "demo", "--id", "kept", "--key", "later",
-             "--timeout-ms", "600000")  # fmt: skip
-        _stop(dev, brokers, log)
+        with phase("create kept"):
+            _cli(url, "op", "create", "--scope", "demo", "--id", "kept", "--key", "later",
+                 "--timeout-ms", "600000")  # fmt: skip
+        with phase("first stop"):
+            _stop(dev, brokers, log)
         assert (data / "kafka-logs").is_dir()  # kept for the next start
 
         dev = _dev_on_kafka(port, data, log)  # the same data dir: the service restores it
-        _wait_ready(url)
+        with phase("second start"):
+            _wait_kafka_dev_ready(url, dev, log)
         brokers = _children(dev.pid, b"kafka.Kafka")
-        kept = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "kept"))
-        assert kept["status"] == "pending", kept
-        _cli(url, "op", "create", "--scope", "demo", "--id", "crash", "--key", "after",
-             "--timeout-ms", "600000")  # fmt: skip
+        with phase("get kept, create crash"):
+            kept = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "kept"))
+            assert kept["status"] == "pending", kept
+            _cli(url, "op", "create", "--scope", "demo", "--id", "crash", "--key", "after",
+                 "--timeout-ms", "600000")  # fmt: skip
 
         # The broker dies under it (kill -9): dev starts it again on the same data dir, and
-        # the service carries on by itself; the CLI's retries of the 503 outlast the gap.
+        # the service carries on by itself; the CLI's retries of the 503 outlast the gap, as
+        # long as the user's --timeout-s says: a Kafka start, the dead broker's session and the
+        # journal's resumption, about 20 s on a quiet machine, minutes on a loaded one.
         os.kill(brokers[0], signal.SIGKILL)
-        _cli(url, "signal", "--scope", "demo", "--key", "later")
-        done = json.loads(_cli(url, "op", "wait", "--scope", "demo", "--id", "kept"))
-        assert done["outcome"]["outcome"] == "completed"
-        crash = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "crash"))
-        assert crash["status"] == "pending", crash  # acknowledged before the crash: kept
+        retry_s = bound(60)
+        with phase("signal across the broker's restart"):
+            _cli(url, "signal", "--scope", "demo", "--key", "later", "--timeout-s",
+                 f"{retry_s:.0f}", within_s=retry_s + bound(60), log=log)  # fmt: skip
         text = log.read_text(errors="replace")
         assert "dev_broker_exited" in text and "dev_broker_restarted" in text, text[-3000:]
+        restarted = re.search(r"dev_broker_restarted .*seconds=([0-9.]+)", text)
+        assert restarted is not None, text[-3000:]
+        observe("kafka start", float(restarted[1]), KAFKA_QUIET_S)
+        within_ms = min(int(bound(30) * 1000), 60_000)  # the longest poll: max_wait_ms
+        with phase("wait kept"):
+            done = json.loads(_cli(url, "op", "wait", "--scope", "demo", "--id", "kept",
+                                   "--timeout-ms", str(within_ms)))  # fmt: skip
+        assert done.get("outcome", {}).get("outcome") == "completed", (
+            f"op wait: no completed outcome within {within_ms} ms: {done}"
+        )
+        with phase("get crash"):
+            crash = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "crash"))
+        assert crash["status"] == "pending", crash  # acknowledged before the crash: kept
         brokers = _children(dev.pid, b"kafka.Kafka")
-        assert len(brokers) == 1 and dev.poll() is None, text[-3000:]
-        _stop(dev, brokers, log)
+        assert len(brokers) == 1 and dev.poll() is None, _tail(log)
+        with phase("second stop"):
+            _stop(dev, brokers, log)
+        print(f"phases: {phase}")  # shown with -s, or -rP
     finally:
         if dev.poll() is None:
             dev.kill()
@@ -304,6 +388,14 @@ def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart
         for pid in brokers:
             if not _dead(pid):
                 os.kill(pid, signal.SIGKILL)  # the test failed: leave no Kafka behind it
+
+
+def _wait_kafka_dev_ready(url: str, dev: subprocess.Popen[bytes], log: Path) -> None:
+    """Ready within dev's own bound on its Kafka's start (past it dev exits, saying so), then
+    the topics and the service within ``bound(60)``; how long it took grows later bounds."""
+    began = time.perf_counter()
+    _wait_ready(url, dev=dev, log=log, within_s=DEV_KAFKA_START_S + bound(60))
+    observe("purgatory dev --broker kafka ready", time.perf_counter() - began, DEV_KAFKA_QUIET_S)
 
 
 @pytest.mark.kafka
@@ -334,8 +426,17 @@ def test_dev_stops_and_says_why_when_the_embedded_broker_dies(tmp_path: Path) ->
             dev.wait()
 
 
-def _wait_ready(url: str) -> None:
-    within_s = bound(60)  # a bounded wait for the broker, the topics and the service
+def _wait_ready(
+    url: str,
+    *,
+    dev: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    within_s: float | None = None,
+) -> None:
+    """``url``'s /readyz answers 200 within ``within_s`` (``bound(60)``: the broker, the topics
+    and the service); a ``dev`` that exits meanwhile fails the wait at once, with its ``log``."""
+    within_s = bound(60) if within_s is None else within_s
+    exited: list[int] = []
 
     async def poll() -> None:
         with trio.move_on_after(within_s) as waited:
@@ -346,8 +447,17 @@ def _wait_ready(url: str) -> None:
                             return
                     except httpx.HTTPError:
                         pass
+                    if dev is not None and (status := dev.poll()) is not None:
+                        exited.append(status)
+                        return
                     await trio.sleep(0.2)
         if waited.cancelled_caught:
-            raise AssertionError(f"purgatory dev at {url}: /readyz not 200 within {within_s:.0f} s")
+            raise AssertionError(
+                f"purgatory dev at {url}: /readyz not 200 within {within_s:.0f} s"
+                + (f": {_tail(log)}" if log is not None else "")
+            )
 
     trio.run(poll)
+    assert not exited, f"purgatory dev at {url} exited {exited[0]} before it was ready" + (
+        f": {_tail(log)}" if log is not None else ""
+    )
