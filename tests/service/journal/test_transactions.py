@@ -12,6 +12,7 @@ whose transactional id was taken over is fenced: nothing it decided since is vis
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from typing import Any
 
@@ -56,8 +57,13 @@ async def _serve(
     stop: trio.Event,
     services: list[Service],
     settings: Settings = SETTINGS,
+    *,
+    ack_delay_s: float = 0.002,
+    seed: int | None = None,
 ) -> None:
-    fake = FakeTransport(broker, max_batch=3, transactions=coordinator)
+    """One transactional service on the fakes until ``stop``; ``seed`` makes its fence
+    back-off the same every run."""
+    fake = FakeTransport(broker, ack_delay_s=ack_delay_s, max_batch=3, transactions=coordinator)
     async with (
         fake.open_sink() as sink,
         fake.open_reader(read_committed=True) as reader,
@@ -65,7 +71,13 @@ async def _serve(
         fake.open_transactions(id_prefix="g", group_metadata=source.group_metadata) as txns,
     ):
         service = Service(
-            settings, Clock(offset_ms=EPOCH_MS), source, sink, reader, transactions=txns
+            settings,
+            Clock(offset_ms=EPOCH_MS),
+            source,
+            sink,
+            reader,
+            transactions=txns,
+            jitter=random.Random(seed),
         )
         services.append(service)
         await service.run(stop, serve_http=False)

@@ -14,49 +14,18 @@ every commit was decided on the committed log as its writer's ``init_transaction
 from __future__ import annotations
 
 import functools
-import random
 
 import pytest
 import trio
 import trio.testing
 
 from purgatory.service.app import Service
-from reaper import Clock
-from tests.service.fake_kafka import FakeBroker, FakeTransport
+from tests.service.fake_kafka import FakeBroker
 from tests.service.fake_transactions import Transactions
-from tests.service.journal.test_durability import EPOCH_MS, INPUTS, SCOPES, _broker
+from tests.service.journal.test_durability import SCOPES, _broker
 from tests.service.journal.test_durability import _register as register
 from tests.service.journal.test_durability import _signal as signal
-from tests.service.journal.test_transactions import SETTINGS, _check_exactly_once
-
-
-async def _serve(
-    broker: FakeBroker,
-    coordinator: Transactions,
-    stop: trio.Event,
-    services: list[Service],
-    *,
-    seed: int,
-    ack_delay_s: float,
-) -> None:
-    fake = FakeTransport(broker, ack_delay_s=ack_delay_s, max_batch=3, transactions=coordinator)
-    async with (
-        fake.open_sink() as sink,
-        fake.open_reader(read_committed=True) as reader,
-        fake.open_source(topics=list(INPUTS), group_id="g", assignment=None) as source,
-        fake.open_transactions(id_prefix="g", group_metadata=source.group_metadata) as txns,
-    ):
-        service = Service(
-            SETTINGS,
-            Clock(offset_ms=EPOCH_MS),
-            source,
-            sink,
-            reader,
-            transactions=txns,
-            jitter=random.Random(seed),  # deterministic: the same run every time
-        )
-        services.append(service)
-        await service.run(stop, serve_http=False)
+from tests.service.journal.test_transactions import _check_exactly_once, _serve
 
 
 async def _feed(broker: FakeBroker, expected: dict[tuple[str, str], str]) -> None:
