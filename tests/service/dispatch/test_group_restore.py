@@ -9,14 +9,23 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from kafka import KafkaConsumer, TopicPartition
 
 from purgatory._codec import SignalRecord, encode_signal
 from purgatory.client import AsyncPurgatoryClient
 from purgatory.devtools.broker import Broker, free_port
 from purgatory.service.app import run_service
+from purgatory.service.journal.format import decode_journal_record
 from purgatory.service.ownership.partitioning import partition_for
 from purgatory.service.settings import Settings
-from tests.service.end_to_end.test_e2e import PARTITIONS, _consume, _settings, produce, register
+from tests.service.end_to_end.test_e2e import (
+    PARTITIONS,
+    Deadline,
+    _consume,
+    _settings,
+    produce,
+    register,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -35,6 +44,29 @@ async def _serving(settings: Settings, body: Any) -> None:
         async with AsyncPurgatoryClient(url, timeout_s=30) as client:
             await body(client)
         stop.set()
+
+
+def _journaled_through(broker: Broker, changelog: str, inputs: str, *, timeout_s: float) -> None:
+    """Wait until each partition's journal reached the end ``inputs`` has now: every record
+    consumed from it so far is applied and journaled, whichever member owns the partition."""
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, enable_auto_commit=False)
+    try:
+        ends = consumer.end_offsets([TopicPartition(inputs, p) for p in range(PARTITIONS)])
+        left = {tp.partition: end for tp, end in ends.items() if end}
+        parts = [TopicPartition(changelog, p) for p in range(PARTITIONS)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        deadline = Deadline(timeout_s)
+        while left:
+            assert not deadline.passed(), f"{inputs} not journaled within {timeout_s} s: {left}"
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                for record in records:
+                    doc = decode_journal_record(record.value)
+                    reached = (doc or {}).get("positions", {}).get(inputs, -1)
+                    if reached >= left.get(tp.partition, reached + 1):
+                        del left[tp.partition]
+    finally:
+        consumer.close()
 
 
 def _members(broker: Broker, name: str) -> tuple[Settings, list[int], list[Settings]]:
@@ -119,14 +151,11 @@ async def test_a_member_that_leaves_hands_its_partitions_over_with_nothing_lost(
         )
         # Both members applied their share (the first key of every barrier is remembered):
         # stop the second one; the group gives its partitions to the first, which restores them.
-        with trio.fail_after(60):
-            while True:
-                found = await trio.to_thread.run_sync(
-                    lambda: _consume(kafka_broker, shared.topic_changelog, 1, timeout_s=1)
-                )
-                if found:
-                    break
-        await trio.sleep(2)
+        await trio.to_thread.run_sync(
+            lambda: _journaled_through(
+                kafka_broker, shared.topic_changelog, shared.topic_signals, timeout_s=60
+            )
+        )
         stop_second.set()
         await kafka(
             shared.topic_signals, [(s, encode_signal(SignalRecord(s, "b"))) for s in scopes]
