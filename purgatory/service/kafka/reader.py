@@ -39,6 +39,12 @@ __all__ = ["KafkaLogReader", "open_kafka_reader"]
 _log = get_logger()
 
 _POLL_TIMEOUT_MS = 200
+#: The longest ``position`` and ``end_offsets`` wait for the offset lookups behind them, which
+#: kafka-python retries without a bound unless given one (each request is bounded, the retries
+#: are not). Right after a broker restart (leaders re-elected, a new leader epoch to validate)
+#: such a wait could hold a restore, silently, for as long as the lookups fail; bounded, a read
+#: that makes no progress fails after its stall timeout and the restore is tried again.
+_CALL_TIMEOUT_MS = 10_000
 
 
 class KafkaLogReader:
@@ -143,7 +149,9 @@ class KafkaLogReader:
                     consumer.seek_to_end(tp)
                 else:
                     consumer.seek(tp, start)
-                stable = consumer.end_offsets([tp])[tp] if self._committed else None
+                stable = (
+                    consumer.end_offsets([tp], _CALL_TIMEOUT_MS)[tp] if self._committed else None
+                )
             idle_polls = 0
             max_idle_polls = max(1, int(self._stall_timeout_s * 1000 / _POLL_TIMEOUT_MS))
             seen: tuple[int | None, int | None] = (None, None)
@@ -161,7 +169,7 @@ class KafkaLogReader:
                     )
                 with client_faults(failed):
                     highwater = consumer.highwater(tp) if stable is None else stable
-                    position = consumer.position(tp)
+                    position = consumer.position(tp, timeout_ms=_CALL_TIMEOUT_MS)
                 if highwater is not None and position is not None and position >= highwater:
                     return int(highwater) if start is None else int(position)
                 if (highwater, position) != seen:  # a fetch answered, or records came

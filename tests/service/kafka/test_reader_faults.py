@@ -41,6 +41,7 @@ class _Consumer:
 
     fail: ClassVar[dict[str, BaseException]] = {}
     closed: ClassVar[int] = 0
+    waits: ClassVar[list[tuple[str, int | None]]] = []  # each offset lookup and its bound
 
     def __init__(self, **_options: Any) -> None:
         self._fail("__init__")
@@ -72,8 +73,13 @@ class _Consumer:
     def highwater(self, _tp: Any) -> int:
         return 2
 
-    def position(self, _tp: Any) -> int:
+    def position(self, _tp: Any, timeout_ms: int | None = None) -> int:
+        self.waits.append(("position", timeout_ms))
         return self._position
+
+    def end_offsets(self, tps: list[Any], timeout_ms: int | None = None) -> dict[Any, int]:
+        self.waits.append(("end_offsets", timeout_ms))
+        return dict.fromkeys(tps, 2)
 
     def close(self, *, autocommit: bool) -> None:
         type(self).closed += 1
@@ -84,6 +90,7 @@ class _Consumer:
 def consumer(monkeypatch: pytest.MonkeyPatch) -> type[_Consumer]:
     monkeypatch.setattr(_Consumer, "fail", {})
     monkeypatch.setattr(_Consumer, "closed", 0)
+    monkeypatch.setattr(_Consumer, "waits", [])
     monkeypatch.setattr(reader_module, "KafkaConsumer", _Consumer)
     return _Consumer
 
@@ -113,6 +120,22 @@ async def test_a_fault_of_the_client_is_a_transport_error(
     if method in {"__init__", "partitions_for_topic"}:  # what a count calls
         with pytest.raises(TransportError):
             await _reader().partition_count(TOPIC)
+
+
+@pytest.mark.parametrize("read_committed", [False, True])
+async def test_every_offset_lookup_of_a_read_is_bounded(
+    consumer: type[_Consumer], read_committed: bool
+) -> None:
+    """kafka-python retries the lookups behind ``position`` and ``end_offsets`` without a bound
+    unless given one: right after a broker restart a restore could wait on them, silently."""
+    reader = KafkaLogReader(
+        KafkaClientConfig(bootstrap_servers="kafka:9092"), read_committed=read_committed
+    )
+    assert await reader.read(TOPIC, 0, 0, lambda _batch: None) == 2
+    assert await reader.end_offset(TOPIC, 0) == 2
+    called = {name for name, _ in consumer.waits}
+    assert called == ({"position", "end_offsets"} if read_committed else {"position"})
+    assert all(timeout is not None and timeout > 0 for _, timeout in consumer.waits)
 
 
 async def test_a_close_that_fails_leaves_the_read_as_it_was(consumer: type[_Consumer]) -> None:
