@@ -371,7 +371,7 @@ def test_the_first_operation_runs_on_apache_kafka_and_its_log_outlives_a_restart
             done = json.loads(_cli(url, "op", "wait", "--scope", "demo", "--id", "kept",
                                    "--timeout-ms", str(within_ms)))  # fmt: skip
         assert done.get("outcome", {}).get("outcome") == "completed", (
-            f"op wait: no completed outcome within {within_ms} ms: {done}"
+            f"op wait: no completed outcome within {within_ms} ms: {done}\n{_tail(log)}"
         )
         with phase("get crash"):
             crash = json.loads(_cli(url, "op", "get", "--scope", "demo", "--id", "crash"))
