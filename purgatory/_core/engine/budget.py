@@ -65,7 +65,7 @@ class Budget:
     def awaits(self, scope: str, key: str) -> bool:
         """Whether a pending operation watches ``key`` in ``scope``: a signal of it is needed
         now, not only kept for later, so the remembered-signal limits do not refuse it."""
-        watchers = self._purgatory._watchers.get((scope, key), ())
+        watchers = self._purgatory.watchers_of((scope, key))
         return any(not op.is_done for op in watchers)  # finished ones linger until a purge
 
     # -- checks: each raises before anything changes ---------------------------------------------
@@ -181,7 +181,7 @@ class Budget:
             raise SizeLimitError(
                 "payload", f"{size} bytes, over max_signal_bytes_per_operation ({limit})"
             )
-        watchers = self._purgatory._watchers.get(ident)
+        watchers = self._purgatory.watchers_of(ident)
         if not watchers:
             return
         scope, key = ident

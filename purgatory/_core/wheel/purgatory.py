@@ -19,6 +19,10 @@ completed operations runs in :meth:`advance_clock` once more than ``purge_interv
 be lingering (estimated, as in Kafka, by operations watched since the last purge minus those
 still pending). So :meth:`watched` may over-count until the purge; :meth:`num_delayed` is exact.
 
+A key watched by one operation holds that operation itself, not a list of one: most keys of a
+pipeline's operations are watched by a single operation (a partition, a file, a run), and a list
+would cost 88 bytes per key more. The list appears when a second operation watches the key.
+
 Worked example (replayed by ``tests/core/test_purgatory.py``):
 
 ================================  ===========================================================
@@ -50,6 +54,8 @@ __all__ = ["DelayedOperationPurgatory", "PurgatoryStatistics"]
 #: (an empty level is 512 small dicts), and 512 slots of 1 ms cover deadlines up to 37 hours in
 #: three levels.
 _DEFAULT_WHEEL_SIZE = 512
+
+_Watchers = DelayedOperation | list[DelayedOperation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +93,8 @@ class DelayedOperationPurgatory:
         self.name = name
         self.timer = timer if timer is not None else Timer(wheel_size=_DEFAULT_WHEEL_SIZE)
         self.purge_interval = check_positive_int("purge_interval", purge_interval, minimum=0)
-        self._watchers: dict[Hashable, list[DelayedOperation]] = {}
+        # A key's watcher, or its list of watchers when it has more than one.
+        self._watchers: dict[Hashable, _Watchers] = {}
         self._watched = 0
         self._estimated_ops = 0
         self._completed = 0
@@ -117,11 +124,13 @@ class DelayedOperationPurgatory:
         for key in unique:
             if op._state != _PENDING:
                 return False
-            lst = watchers.get(key)
-            if lst is None:
-                watchers[key] = [op]
+            held = watchers.get(key)
+            if held is None:
+                watchers[key] = op
+            elif isinstance(held, list):
+                held.append(op)
             else:
-                lst.append(op)
+                watchers[key] = [held, op]
             self._watched += 1
         self._estimated_ops += 1
         if op.try_complete():
@@ -138,11 +147,13 @@ class DelayedOperationPurgatory:
         snapshot, which were pending (so not completable) when it was taken."""
         watchers = self._watchers
         for key in _unique_keys(keys):
-            lst = watchers.get(key)
-            if lst is None:
-                watchers[key] = [op]
+            held = watchers.get(key)
+            if held is None:
+                watchers[key] = op
+            elif isinstance(held, list):
+                held.append(op)
             else:
-                lst.append(op)
+                watchers[key] = [held, op]
             self._watched += 1
         self._estimated_ops += 1
         self.timer.add(op)
@@ -153,9 +164,10 @@ class DelayedOperationPurgatory:
         Returns:
             How many operations this call completed.
         """
-        lst = self._watchers.pop(key, None)
-        if lst is None:
+        held = self._watchers.pop(key, None)
+        if held is None:
             return 0
+        lst = held if isinstance(held, list) else [held]
         completed = 0
         survivors: list[DelayedOperation] = []
         for op in lst:
@@ -167,11 +179,17 @@ class DelayedOperationPurgatory:
                 survivors.append(op)
         # try_complete may have watched new operations under this key meanwhile.
         added = self._watchers.pop(key, None)
-        if added:
-            survivors.extend(added)
-        self._watched -= len(lst) + (len(added) if added else 0) - len(survivors)
+        more = 0
+        if added is not None:
+            if isinstance(added, list):
+                survivors.extend(added)
+                more = len(added)
+            else:
+                survivors.append(added)
+                more = 1
+        self._watched -= len(lst) + more - len(survivors)
         if survivors:
-            self._watchers[key] = survivors
+            self._watchers[key] = survivors if len(survivors) > 1 else survivors[0]
         self._completed += completed
         return completed
 
@@ -185,9 +203,10 @@ class DelayedOperationPurgatory:
         Returns:
             The pending operations that were watching ``key``, now cancelled.
         """
-        lst = self._watchers.pop(key, None)
-        if lst is None:
+        held = self._watchers.pop(key, None)
+        if held is None:
             return []
+        lst = held if isinstance(held, list) else [held]
         self._watched -= len(lst)
         cancelled = [op for op in lst if op.cancel_operation()]
         self._cancelled += len(cancelled)
@@ -200,6 +219,13 @@ class DelayedOperationPurgatory:
     def num_delayed(self) -> int:
         """The exact number of operations scheduled in the timer (pending)."""
         return len(self.timer)
+
+    def watchers_of(self, key: Hashable) -> list[DelayedOperation]:
+        """The operations watching ``key`` (completed ones may linger until a purge)."""
+        held = self._watchers.get(key)
+        if held is None:
+            return []
+        return list(held) if isinstance(held, list) else [held]
 
     def watch_keys(self) -> list[Hashable]:
         """The keys that currently have a watch list."""
@@ -237,12 +263,19 @@ class DelayedOperationPurgatory:
         removed = 0
         watchers = self._watchers
         for key in list(watchers):
-            lst = watchers[key]
-            alive = [op for op in lst if op._state == _PENDING]
-            if len(alive) != len(lst):
-                removed += len(lst) - len(alive)
-                if alive:
+            held = watchers[key]
+            if not isinstance(held, list):
+                if held._state != _PENDING:
+                    removed += 1
+                    del watchers[key]
+                continue
+            alive = [op for op in held if op._state == _PENDING]
+            if len(alive) != len(held):
+                removed += len(held) - len(alive)
+                if len(alive) > 1:
                     watchers[key] = alive
+                elif alive:
+                    watchers[key] = alive[0]
                 else:
                     del watchers[key]
         self._watched -= removed
