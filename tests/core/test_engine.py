@@ -766,3 +766,61 @@ def test_no_outcome_contradicts_the_inputs_it_was_decided_on(
             assert set(out.keys) <= in_time, out
         else:
             assert out.keys and set(out.keys) <= set(arrived), out
+
+
+# -- the compact form of a pending operation gives back the spec it was registered with ----------
+
+
+@st.composite
+def _any_spec(draw: st.DrawFn) -> OperationSpec:
+    keys = tuple(draw(st.lists(st.sampled_from(["a", "b", "c", "k"]), unique=True, max_size=3)))
+    condition = draw(st.sampled_from(list(Condition))) if keys else Condition.ALL
+    relative = draw(st.booleans())
+    return OperationSpec(
+        op_id=draw(st.sampled_from(["o1", "o2", "o3"])),
+        scope="".join(["s", draw(st.sampled_from(["1", "2"]))]),  # a string of its own
+        keys=keys,
+        deadline_ms=draw(st.integers(1_000, 5_000)),
+        condition=condition,
+        count=draw(st.integers(1, len(keys))) if condition is Condition.COUNT else None,
+        time_domain=draw(st.sampled_from(list(TimeDomain)))
+        if not relative
+        else TimeDomain.PROCESSING_TIME,
+        payload=draw(st.one_of(st.none(), st.text(max_size=3))),
+        reply_to=draw(st.one_of(st.none(), st.just("callbacks.other"))),
+        timeout_ms=draw(st.integers(1, 4_000)) if relative else None,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=st.lists(_any_spec(), max_size=6))
+def test_a_pending_operation_gives_back_its_spec_live_and_restored(
+    specs: list[OperationSpec],
+) -> None:
+    engine = Engine(start_ms=0)
+    held: dict[tuple[str, str], OperationSpec] = {}
+    for spec in specs:
+        with contextlib.suppress(ConflictError):
+            status = engine.register(spec, now_ms=0).status
+            if status is RegistrationStatus.PENDING or status is RegistrationStatus.REARMED:
+                held[spec.scope, spec.op_id] = spec
+    restored = restore_engine(snapshot_engine(engine), now_ms=0)
+    for (scope, op_id), spec in held.items():
+        assert engine.lookup(scope, op_id) == (spec, None)
+        assert restored.lookup(scope, op_id) == (spec, None)
+    assert sorted(engine.pending(), key=repr) == sorted(held.values(), key=repr)
+    for live in (engine, restored):
+        for (scope, op_id), spec in held.items():
+            outcome = live.cancel(scope, op_id, now_ms=0)
+            assert outcome is not None
+            assert (outcome.op_id, outcome.scope, outcome.deadline_ms) == (
+                op_id,
+                scope,
+                spec.deadline_ms,
+            )
+            assert (outcome.time_domain, outcome.payload, outcome.reply_to) == (
+                spec.time_domain,
+                spec.payload,
+                spec.reply_to,
+            )
+            assert outcome.missing == spec.keys

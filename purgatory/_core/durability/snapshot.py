@@ -114,15 +114,14 @@ def restore_engine(
             engine.finished.restore(
                 (spec.scope, spec.op_id), done, last_access_ms=last_access, now_ms=now
             )
-        later = now_ms > doc["clock_ms"]
-        life = engine.lifecycle
-        passed = life.deadline_passed
+        # Each flag as it was (a restore at the snapshot's own clock rebuilds the same state),
+        # or, restored at a later time, overdue since then (None: the lifecycle checks).
+        unflagged = None if now_ms > doc["clock_ms"] else False
+        restore = engine.lifecycle.restore
         for row in doc["operations"]:
             spec = _trusted_spec(row)
-            # The flag as it was (a restore at the snapshot's own clock rebuilds the same state),
-            # or overdue since then (a restore at a later time).
-            late = (len(row) == 12 and row[11] is True) or (later and passed(spec))
-            life.restore(spec, registered_ms=row[10], late=late)
+            late = True if len(row) == 12 and row[11] is True else unflagged
+            restore(spec, registered_ms=row[10], late=late)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise BadRecordError(f"snapshot: malformed document ({exc})") from exc
     engine._journal = journal

@@ -188,13 +188,11 @@ class Budget:
         for op in watchers:
             if op.is_done or not isinstance(op, _Op):  # a cancelled one lingers too
                 continue
-            spec = op.spec
-            if len(spec.keys) > 1 and (
-                self._signal_bytes(scope, spec.keys, key, now_ms) + size > limit
-            ):
+            keys = op.keys
+            if len(keys) > 1 and (self._signal_bytes(scope, keys, key, now_ms) + size > limit):
                 raise SizeLimitError(
                     "payload",
-                    f"with this signal, op_id {spec.op_id!r} in scope {scope!r} would report "
+                    f"with this signal, op_id {op.op_id!r} in scope {scope!r} would report "
                     f"more than max_signal_bytes_per_operation ({limit}) bytes of signal "
                     f"payloads, more than one callback may carry",
                 )

@@ -230,9 +230,9 @@ class Engine:
         if done is not None and _repeats_finished(done.spec, spec, retry):
             return Registration(RegistrationStatus.DUPLICATE, done.outcome)
         self._check_registration(spec, now)
-        op = self._add(spec, registered_ms=now, late=False)
-        if op.outcome is not None:
-            return Registration(RegistrationStatus.COMPLETED, op.outcome)
+        outcome = self._add(spec, registered_ms=now, late=False)
+        if outcome is not None:
+            return Registration(RegistrationStatus.COMPLETED, outcome)
         return Registration(RegistrationStatus.PENDING)
 
     def signal(
@@ -312,7 +312,7 @@ class Engine:
             due.extend(self.purgatory.advance_clock(nxt))
         for fired in self.keyed.poll(now):
             op = self._ops.get((fired.scope, fired.key))
-            if op is not None and op.spec.deadline_ms == fired.timestamp_ms:
+            if op is not None and op.spec_deadline_ms == fired.timestamp_ms:
                 due.append(op)
         for task in due:
             task.run()  # expires it, unless a signal or a cancel finished it first

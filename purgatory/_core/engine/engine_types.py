@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from purgatory._core._errors import ConflictError, UsageError
-from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core.engine.validate import MAX_TIME_MS, check_positive_int
+from purgatory._core.engine.model import (
+    Condition,
+    OperationSpec,
+    Outcome,
+    OutcomeKind,
+    SignalFact,
+)
+from purgatory._core.engine.validate import MAX_TIME_MS, check_positive_int, slot_setters
 from purgatory._core.flink.keyed_timers import TimeDomain
 from purgatory._core.flink.ttl_state import TtlConfig
-from purgatory._core.wheel.operation import DelayedOperation
+from purgatory._core.wheel.operation import _COMPLETED, _PENDING, DelayedOperation
 
 __all__ = ["EngineConfig", "EngineStatistics", "Registration", "RegistrationStatus"]
 
@@ -124,51 +130,169 @@ class _Finished:
 class _Owner(Protocol):
     """What an :class:`_Op` asks of the part that holds it (the engine's ``Lifecycle``)."""
 
-    def deadline_passed(self, spec: OperationSpec) -> bool: ...
+    def deadline_passed(self, op: _Op) -> bool: ...
 
-    def facts(
-        self, spec: OperationSpec, *, by_deadline: bool = False
-    ) -> dict[str, SignalFact | None]: ...
+    def facts(self, op: _Op, *, by_deadline: bool = False) -> dict[str, SignalFact | None]: ...
 
-    def finish(self, op: _Op, kind: OutcomeKind) -> Outcome: ...
+    def finish(
+        self, op: _Op, kind: OutcomeKind, facts: dict[str, SignalFact | None] | None = None
+    ) -> Outcome: ...
+
+
+def _is_plain(spec: OperationSpec) -> bool:
+    """Whether ``spec`` is what nearly every operation is: condition ``all``, processing
+    time, no ``reply_to``; such an operation keeps no spec of its own while pending."""
+    return (
+        spec.condition is Condition.ALL
+        and spec.time_domain is TimeDomain.PROCESSING_TIME
+        and spec.reply_to is None
+    )
+
+
+_SPEC_SETTERS = slot_setters(
+    OperationSpec, "op_id", "scope", "keys", "deadline_ms", "condition", "count",
+    "time_domain", "payload", "reply_to", "timeout_ms",
+)  # fmt: skip
+_new = object.__new__
+
+
+def _plain_spec(
+    ident: tuple[str, str], keys: tuple[str, ...], deadline_ms: int, *, payload: str | None,
+    timeout_ms: int | None,
+) -> OperationSpec:  # fmt: skip
+    """The spec of a plain operation (see :func:`_is_plain`), from values already checked."""
+    scope, op_id = ident
+    spec: OperationSpec = _new(OperationSpec)
+    (s_op_id, s_scope, s_keys, s_deadline, s_condition, s_count, s_domain, s_payload, s_reply_to,
+     s_timeout) = _SPEC_SETTERS  # fmt: skip
+    s_op_id(spec, op_id)
+    s_scope(spec, scope)
+    s_keys(spec, keys)
+    s_deadline(spec, deadline_ms)
+    s_condition(spec, Condition.ALL)
+    s_count(spec, None)
+    s_domain(spec, TimeDomain.PROCESSING_TIME)
+    s_payload(spec, payload)
+    s_reply_to(spec, None)
+    s_timeout(spec, timeout_ms)
+    return spec
 
 
 class _Op(DelayedOperation):
     """One registered operation; its outcome is decided by the engine's clock, through its
-    owner."""
+    owner.
 
-    __slots__ = ("expiring", "facts", "late", "outcome", "owner", "registered_ms", "spec")
+    Held by the million, so it is compact (120 bytes, and a tuple it shares with the engine's
+    index): it keeps its spec's fields rather than the spec, its ``ident`` (scope, op_id) is
+    the very tuple that keys the engine's index, its scope string is interned (one per scope,
+    not one per operation), a single key is kept as a string, not a tuple of one, and the rare
+    fields (a condition other than ``all``, event time, ``reply_to``) are kept as the spec
+    itself in ``rest``, None for every plain operation. Its owner is a class attribute: each
+    engine's ``Lifecycle`` makes its own subclass (:func:`_op_type`). :attr:`spec` rebuilds the
+    spec when asked (a lookup, a finish), which is rare beside holding it.
+    """
 
-    def __init__(self, owner: _Owner, spec: OperationSpec, registered_ms: int, late: bool) -> None:
+    __slots__ = ("_keys", "ident", "late", "payload", "registered_ms", "rest", "timeout_ms")
+
+    owner: ClassVar[_Owner]
+
+    def __init__(
+        self,
+        ident: tuple[str, str],
+        spec: OperationSpec,
+        *,
+        registered_ms: int,
+        late: bool,
+        deadline_ms: int,
+        timeout_ms: int | None,
+    ) -> None:
+        """``deadline_ms`` and ``timeout_ms``: the spec's, or an int of the same value that
+        the owner already holds (one int object shared by a batch's operations)."""
         in_wheel = spec.time_domain is TimeDomain.PROCESSING_TIME
-        super().__init__(deadline_ms=spec.deadline_ms if in_wheel else MAX_TIME_MS)
-        self.owner = owner
-        self.spec = spec
+        super().__init__(deadline_ms=deadline_ms if in_wheel else MAX_TIME_MS)
+        keys = spec.keys
+        self.ident = ident
+        self._keys: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
         self.registered_ms = registered_ms
         self.late = late
-        self.expiring = False
-        self.outcome: Outcome | None = None
-        self.facts: dict[str, SignalFact | None] | None = None
+        self.payload = spec.payload
+        self.timeout_ms = timeout_ms
+        self.rest = None if _is_plain(spec) else spec
+
+    @property
+    def scope(self) -> str:
+        return self.ident[0]
+
+    @property
+    def op_id(self) -> str:
+        return self.ident[1]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        keys = self._keys
+        return (keys,) if type(keys) is str else keys  # type: ignore[return-value]
+
+    @property
+    def spec_deadline_ms(self) -> int:
+        """The spec's deadline: processing time or, in event time, a watermark to reach."""
+        rest = self.rest
+        return self._deadline_ms if rest is None else rest.deadline_ms
+
+    @property
+    def time_domain(self) -> TimeDomain:
+        rest = self.rest
+        return TimeDomain.PROCESSING_TIME if rest is None else rest.time_domain
+
+    @property
+    def needed(self) -> int:
+        """How many of its keys must be signalled (see :attr:`OperationSpec.needed`)."""
+        rest = self.rest
+        if rest is None:
+            keys = self._keys
+            return 1 if type(keys) is str else len(keys)
+        return rest.needed
+
+    @property
+    def spec(self) -> OperationSpec:
+        """Its spec, as registered (rebuilt for a plain operation)."""
+        rest = self.rest
+        if rest is not None:
+            return rest
+        return _plain_spec(
+            self.ident,
+            self.keys,
+            self._deadline_ms,
+            payload=self.payload,
+            timeout_ms=self.timeout_ms,
+        )
 
     def try_complete(self) -> bool:
         # Past its deadline only the signals that came before it count: a signal at or after
         # the deadline loses to the expiry, while a registration applied after its deadline
         # (a client late, a journal replayed behind another writer's records, a clock behind
         # the partition's) is completed by the signals the partition already held for it.
-        by_deadline = self.owner.deadline_passed(self.spec)
-        facts = self.owner.facts(self.spec, by_deadline=by_deadline)
-        if sum(fact is not None for fact in facts.values()) >= self.spec.needed:
-            self.facts = facts  # the outcome reports these: no second read of the store
-            return self.force_complete()
-        return False
+        owner = self.owner
+        facts = owner.facts(self, by_deadline=owner.deadline_passed(self))
+        if sum(fact is not None for fact in facts.values()) < self.needed:
+            return False
+        if self._state != _PENDING:
+            return False
+        # force_complete, with the facts handed on: the outcome reports these, no second read
+        self._state = _COMPLETED
+        self.cancel()
+        owner.finish(self, OutcomeKind.COMPLETED, facts)
+        return True
 
     def on_complete(self) -> None:
-        kind = OutcomeKind.EXPIRED if self.expiring else OutcomeKind.COMPLETED
-        self.owner.finish(self, kind)
+        self.owner.finish(self, OutcomeKind.COMPLETED)
 
     def run(self) -> None:
-        self.expiring = True
-        super().run()
+        # The timer's action: expire it, unless a signal or a cancel finished it first.
+        if self._state != _PENDING:
+            return
+        self._state = _COMPLETED
+        self.cancel()
+        self.owner.finish(self, OutcomeKind.EXPIRED)
 
     def decide(
         self,
@@ -179,33 +303,41 @@ class _Op(DelayedOperation):
         partition: int,
     ) -> Outcome:
         """Its outcome: ``kind`` decided at ``now_ms``, reporting ``facts`` (its keys' signals,
-        None where missing). Kept as :attr:`outcome` and returned."""
-        spec = self.spec
+        None where missing)."""
+        scope, op_id = self.ident
+        rest = self.rest
+        deadline = self._deadline_ms if rest is None else rest.deadline_ms
+        domain = TimeDomain.PROCESSING_TIME if rest is None else rest.time_domain
         expired = kind is OutcomeKind.EXPIRED
         # A processing-time operation expires at its deadline, whenever the expiry is run:
         # from that millisecond on no signal could complete it. Delivery lateness is the
         # reaper's and the executor's to report. One registered after its deadline expires
         # when it registered: an outcome is never before the registration it answers.
-        if expired and spec.time_domain is TimeDomain.PROCESSING_TIME:
-            now_ms = max(spec.deadline_ms, self.registered_ms)
-        outcome = self.outcome = Outcome(
-            op_id=spec.op_id,
-            scope=spec.scope,
+        if expired and domain is TimeDomain.PROCESSING_TIME:
+            now_ms = max(deadline, self.registered_ms)
+        return Outcome(
+            op_id=op_id,
+            scope=scope,
             outcome=kind,
             registered_ms=self.registered_ms,
             outcome_ms=now_ms,
-            deadline_ms=spec.deadline_ms,
-            time_domain=spec.time_domain,
+            deadline_ms=deadline,
+            time_domain=domain,
             sequence=sequence,
             keys=tuple(k for k, f in facts.items() if f is not None),
             missing=tuple(k for k, f in facts.items() if f is None),
             signals={k: f.payload for k, f in facts.items() if f is not None},
-            payload=spec.payload,
-            reply_to=spec.reply_to,
+            payload=self.payload,
+            reply_to=None if rest is None else rest.reply_to,
             late=self.late and expired,
             partition=partition,
         )
-        return outcome
+
+
+def _op_type(owner: _Owner) -> type[_Op]:
+    """The class of the operations ``owner`` holds: :class:`_Op` with ``owner`` set on it,
+    which each operation would otherwise carry in a slot of its own."""
+    return type("_Op", (_Op,), {"__slots__": (), "owner": owner})
 
 
 def _against_pending(

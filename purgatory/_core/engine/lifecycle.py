@@ -21,7 +21,9 @@ bad input.
 
 from __future__ import annotations
 
-from purgatory._core.engine.engine_types import _Finished, _Op
+from sys import intern as _intern
+
+from purgatory._core.engine.engine_types import _Finished, _Op, _op_type
 from purgatory._core.engine.footprint import operation_bytes
 from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
 from purgatory._core.engine.sorted_ids import _add_id, _remove_id
@@ -54,37 +56,63 @@ class Lifecycle:
         self._finished = state.finished
         self._partition = partition
         self._decided: list[Outcome] = []  # outcomes of the call under way, returned by it
+        self._new_op = _op_type(self)
+        self._last_deadline = -1  # the ints the last operation held
+        self._last_timeout = -1
 
     # -- what the engine's inputs change -------------------------------------------------------
 
     def add(
         self, spec: OperationSpec, *, registered_ms: int, late: bool, checked: bool = True
-    ) -> _Op:
+    ) -> Outcome | None:
         """Hold a new operation: index it, watch its keys, schedule its deadline.
 
         With ``checked`` (a registration) its condition is checked before and after the watch,
-        and it may complete at once: its outcome is then on the returned operation, and not
-        taken by :meth:`take`. Without (:meth:`restore`) it is watched as it is.
+        and it may complete at once: its outcome is then returned, and not taken by
+        :meth:`take`. Without (:meth:`restore`) it is watched as it is.
         """
-        op = _Op(self, spec, registered_ms, late)
-        self._ops[(spec.scope, spec.op_id)] = op
-        _add_id(self._op_ids, spec.scope, spec.op_id)
-        self._hold(spec.scope, 1, operation_bytes(spec))
+        scope = spec.scope
+        if type(scope) is str:  # one string per scope, not one per operation
+            scope = _intern(scope)
+        ident = (scope, spec.op_id)
+        # The operations of one batch mostly share their deadline and timeout: each new one
+        # takes the int object of the one before when equal (32 bytes per operation less).
+        deadline, timeout = spec.deadline_ms, spec.timeout_ms
+        if deadline == self._last_deadline:
+            deadline = self._last_deadline
+        else:
+            self._last_deadline = deadline
+        if timeout is not None:
+            if timeout == self._last_timeout:
+                timeout = self._last_timeout
+            else:
+                self._last_timeout = timeout
+        op = self._new_op(
+            ident,
+            spec,
+            registered_ms=registered_ms,
+            late=late,
+            deadline_ms=deadline,
+            timeout_ms=timeout,
+        )
+        self._ops[ident] = op
+        _add_id(self._op_ids, scope, spec.op_id)
+        self._hold(scope, 1, operation_bytes(spec))
         if spec.time_domain is TimeDomain.EVENT_TIME:
-            self._keyed.register_event_time_timer(
-                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
-            )
+            self._keyed.register_event_time_timer(scope, spec.op_id, _DEADLINE, spec.deadline_ms)
         if spec.keys:
-            keys = [(spec.scope, k) for k in spec.keys]
+            keys = [(scope, k) for k in spec.keys]
             if checked:
                 self._purgatory.try_complete_else_watch(op, keys)
             else:
                 self._purgatory._watch_restored(op, keys)
         elif spec.time_domain is TimeDomain.PROCESSING_TIME:
             self._purgatory.timer.add(op)
-        if checked:
-            self._decided.clear()  # the registration answers with its outcome, if any
-        return op
+        if not checked:
+            return None
+        decided = self._decided
+        self._decided = []  # the registration answers with its outcome, if any
+        return decided[-1] if decided and op.is_completed else None
 
     def restore(self, spec: OperationSpec, *, registered_ms: int, late: bool | None = None) -> None:
         """Rebuild one operation a snapshot held as pending, without checking its condition.
@@ -95,25 +123,26 @@ class Lifecycle:
         operation whose deadline passed meanwhile is flagged late and expires at the next step.
         """
         if late is None:
-            late = self.deadline_passed(spec)
+            late = self._passed(spec.time_domain, spec.scope, spec.deadline_ms)
         self.add(spec, registered_ms=registered_ms, late=late, checked=False)
 
     def rearm(self, op: _Op, spec: OperationSpec) -> None:
-        """Move the pending timer ``op`` to the deadline of ``spec``, its new request."""
-        old = op.spec
-        op.spec = spec
+        """Move the pending timer ``op`` to the deadline of ``spec``, its new request (the same
+        timer but for its deadline and timeout: same time domain, payload and reply_to)."""
+        old_deadline = op.spec_deadline_ms
+        op.timeout_ms = spec.timeout_ms
+        if op.rest is not None:
+            op.rest = spec
+        scope, op_id = op.ident
         if spec.time_domain is TimeDomain.EVENT_TIME:
-            self._keyed.delete_event_time_timer(old.scope, old.op_id, _DEADLINE, old.deadline_ms)
-            self._keyed.register_event_time_timer(
-                spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms
-            )
+            self._keyed.delete_event_time_timer(scope, op_id, _DEADLINE, old_deadline)
+            self._keyed.register_event_time_timer(scope, op_id, _DEADLINE, spec.deadline_ms)
         else:
             op.deadline_ms = spec.deadline_ms  # moves it in the wheel, after its tick's others
             # Pending operations are kept in the order they were (re)added to the wheel, which
             # is the order a tick's operations expire in: a snapshot lists them so, and a
             # restore re-adds them so, to expire ties exactly as the original would.
-            ident = (spec.scope, spec.op_id)
-            self._ops[ident] = self._ops.pop(ident)
+            self._ops[op.ident] = self._ops.pop(op.ident)
         op.late = False  # a re-arm is a new request, not a catch-up after a restore
 
     def cancel(self, op: _Op) -> Outcome | None:
@@ -127,13 +156,9 @@ class Lifecycle:
     def flag_late(self, now_ms: int) -> int:
         """Flag late every pending processing-time operation due at ``now_ms``; how many."""
         flagged = 0
+        processing = TimeDomain.PROCESSING_TIME
         for op in self._ops.values():
-            spec = op.spec
-            if (
-                not op.late
-                and spec.time_domain is TimeDomain.PROCESSING_TIME
-                and spec.deadline_ms <= now_ms
-            ):
+            if not op.late and op._deadline_ms <= now_ms and op.time_domain is processing:
                 op.late = True
                 flagged += 1
         return flagged
@@ -148,17 +173,21 @@ class Lifecycle:
 
     # -- what an operation asks (engine_types._Owner) -------------------------------------------
 
-    def deadline_passed(self, spec: OperationSpec) -> bool:
-        """Whether ``spec``'s deadline has passed: the clock (processing time) or its scope's
+    def deadline_passed(self, op: _Op) -> bool:
+        """Whether ``op``'s deadline has passed: the clock (processing time) or its scope's
         watermark (event time) has reached it."""
-        if spec.time_domain is TimeDomain.PROCESSING_TIME:
-            return self._progress.now_ms >= spec.deadline_ms
-        watermark = self._keyed.current_watermark(spec.scope)
-        return watermark is not None and watermark >= spec.deadline_ms
+        rest = op.rest
+        if rest is None:
+            return self._progress.now_ms >= op._deadline_ms
+        return self._passed(rest.time_domain, rest.scope, rest.deadline_ms)
 
-    def facts(
-        self, spec: OperationSpec, *, by_deadline: bool = False
-    ) -> dict[str, SignalFact | None]:
+    def _passed(self, domain: TimeDomain, scope: str, deadline_ms: int) -> bool:
+        if domain is TimeDomain.PROCESSING_TIME:
+            return self._progress.now_ms >= deadline_ms
+        watermark = self._keyed.current_watermark(scope)
+        return watermark is not None and watermark >= deadline_ms
+
+    def facts(self, op: _Op, *, by_deadline: bool = False) -> dict[str, SignalFact | None]:
         """The remembered signal of each of the operation's keys (None: not signalled).
 
         With ``by_deadline`` only a signal that came before the deadline counts: one that
@@ -166,26 +195,36 @@ class Lifecycle:
         (event time). An expiry reports its keys and ``missing`` so, and a registration
         whose deadline has already passed is decided by them (see ``_Op``).
         """
-        get, scope, now = self._signals.get, spec.scope, self._progress.now_ms
-        facts = {key: get((scope, key), now_ms=now) for key in spec.keys}
+        get, scope, now = self._signals.get, op.ident[0], self._progress.now_ms
+        keys = op._keys
+        if type(keys) is str:
+            facts = {keys: get((scope, keys), now_ms=now)}
+        else:
+            facts = {key: get((scope, key), now_ms=now) for key in keys}
         if not by_deadline:
             return facts
-        deadline, in_time = spec.deadline_ms, spec.time_domain is TimeDomain.PROCESSING_TIME
+        deadline = op.spec_deadline_ms
+        in_time = op.time_domain is TimeDomain.PROCESSING_TIME
         return {key: fact if fact is not None and _before(fact, deadline, in_time) else None
                 for key, fact in facts.items()}  # fmt: skip
 
-    def finish(self, op: _Op, kind: OutcomeKind) -> Outcome:
+    def finish(
+        self, op: _Op, kind: OutcomeKind, facts: dict[str, SignalFact | None] | None = None
+    ) -> Outcome:
         """End ``op`` with an outcome of ``kind``: unindex it, number and count the outcome,
-        remember it, and keep it for :meth:`take`."""
+        remember it, and keep it for :meth:`take`. ``facts``: its keys' signals, when the
+        caller has just read them."""
         spec = op.spec
-        ident = (spec.scope, spec.op_id)
+        ident = op.ident
+        scope, op_id = ident
         del self._ops[ident]
-        _remove_id(self._op_ids, spec.scope, spec.op_id)
-        self._hold(spec.scope, -1, -operation_bytes(spec))
-        if spec.time_domain is TimeDomain.EVENT_TIME:
-            self._keyed.delete_event_time_timer(spec.scope, spec.op_id, _DEADLINE, spec.deadline_ms)
+        _remove_id(self._op_ids, scope, op_id)
+        self._hold(scope, -1, -operation_bytes(spec))
+        if op.rest is not None and op.rest.time_domain is TimeDomain.EVENT_TIME:
+            self._keyed.delete_event_time_timer(scope, op_id, _DEADLINE, spec.deadline_ms)
         expired = kind is OutcomeKind.EXPIRED
-        facts = op.facts if op.facts is not None else self.facts(spec, by_deadline=expired)
+        if facts is None:
+            facts = self.facts(op, by_deadline=expired)
         progress = self._progress
         progress.sequence += 1
         progress.counts[kind] += 1
