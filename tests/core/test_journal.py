@@ -41,7 +41,7 @@ from purgatory._core.durability.journal import (
     encode_entry,
     replay_journal,
 )
-from purgatory._core.durability.snapshot import restore_engine, snapshot_engine
+from purgatory._core.durability.snapshot import _pending_rows, restore_engine, snapshot_engine
 
 _SCOPES = st.sampled_from(["s1", "s2"])
 _KEYNAMES = st.sampled_from(["a", "b", "c"])
@@ -411,7 +411,7 @@ def test_a_crash_restores_from_a_snapshot_and_the_journal_then_resumes_late_exac
     watermarks: dict[str, int] = doc["watermarks"]
     processing = TimeDomain.PROCESSING_TIME.value
     wall = restored.clock_ms + 10_000
-    rows = doc["operations"]
+    rows = _operation_rows(doc["pending"])
     unflagged = [r for r in rows if r[6] == processing and r[11] is False]
     in_prefix = [o for at, o in released if at <= k]
     assert restored.resume(wall) == len(unflagged)
@@ -450,5 +450,24 @@ def test_a_crash_restores_from_a_snapshot_and_the_journal_then_resumes_late_exac
     event(f"expired late on resume: {min(sum(o.late for o in after), 3)}")
     event(f"outcomes decided again by the replay: {min(len(replayed), 3)}")
     event(f"late outcomes decided again by the replay: {min(sum(o.late for o in replayed), 2)}")
-    flagged = sum(r[11] is True for r in _document(snapshot)["operations"])
+    flagged = len(_document(snapshot)["pending"]["late_at"])
     event(f"operations flagged late in the snapshot: {min(flagged, 2)}")
+
+
+def _operation_rows(pending: dict[str, Any]) -> list[list[Any]]:
+    """The pending operations of a snapshot's document, a row each (op_id, scope, keys,
+    deadline_ms, condition, count, time_domain, payload, reply_to, timeout_ms, registered_ms,
+    late), as version 1 wrote them."""
+    rows = []
+    for scope, op_id, keys, deadline, registered, timeout, payload, late, rest in _pending_rows(
+        pending
+    ):
+        spec = rest
+        rows.append([
+            op_id, scope, list(keys), deadline,
+            "all" if spec is None else spec.condition.value,
+            None if spec is None else spec.count,
+            TimeDomain.PROCESSING_TIME.value if spec is None else spec.time_domain.value,
+            payload, None if spec is None else spec.reply_to, timeout, registered, late,
+        ])  # fmt: skip
+    return rows

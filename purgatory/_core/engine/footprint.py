@@ -59,6 +59,7 @@ __all__ = [
     "TEXT_BYTES",
     "finished_bytes",
     "operation_bytes",
+    "plain_operation_bytes",
     "signal_bytes",
     "utf8_len",
 ]
@@ -105,6 +106,18 @@ def operation_bytes(spec: OperationSpec) -> int:
     """The estimated bytes ``spec`` holds while it is pending."""
     extra = EVENT_TIME_BYTES if spec.time_domain is TimeDomain.EVENT_TIME else 0
     return OPERATION_BYTES + KEY_BYTES * len(spec.keys) + extra + _spec_texts(spec)
+
+
+def plain_operation_bytes(
+    scope: str, op_id: str, keys: tuple[str, ...], payload: str | None
+) -> int:
+    """:func:`operation_bytes` of a processing-time operation without ``reply_to``."""
+    total = OPERATION_BYTES + KEY_BYTES * len(keys) + utf8_len(scope) + utf8_len(op_id)
+    for key in keys:
+        total += utf8_len(key)
+    if payload is not None:
+        total += TEXT_BYTES + utf8_len(payload)
+    return total
 
 
 def finished_bytes(spec: OperationSpec) -> int:

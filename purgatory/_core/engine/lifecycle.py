@@ -21,14 +21,29 @@ bad input.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from sys import intern as _intern
 
 from purgatory._core.engine.engine_types import _Finished, _Op, _op_type
-from purgatory._core.engine.footprint import operation_bytes
+from purgatory._core.engine.footprint import (
+    KEY_BYTES,
+    OPERATION_BYTES,
+    operation_bytes,
+    plain_operation_bytes,
+    utf8_len,
+)
 from purgatory._core.engine.model import OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core.engine.sorted_ids import _add_id, _remove_id
+from purgatory._core.engine.sorted_ids import _add_id, _add_ids, _remove_id
 from purgatory._core.engine.state import EngineState
+from purgatory._core.engine.validate import MAX_TIME_MS
 from purgatory._core.flink.keyed_timers import TimeDomain
+from purgatory._core.wheel.operation import _PENDING
+
+#: A pending operation as a snapshot holds it (see :meth:`Lifecycle.restore_bulk`).
+RestoredRow = tuple[
+    str, str, tuple[str, ...], int, int, int | None, str | None, bool, OperationSpec | None
+]
+_new = object.__new__
 
 __all__ = ["Lifecycle"]
 
@@ -125,6 +140,90 @@ class Lifecycle:
         if late is None:
             late = self._passed(spec.time_domain, spec.scope, spec.deadline_ms)
         self.add(spec, registered_ms=registered_ms, late=late, checked=False)
+
+    def restore_bulk(self, rows: Iterable[RestoredRow], *, overdue_late: bool) -> None:
+        """:meth:`restore` for all of a snapshot's pending operations at once, in order, from
+        their fields: no spec is built for a plain operation (processing time, condition
+        ``all``, no ``reply_to``: nearly all of them).
+
+        Each row is ``(scope, op_id, keys, deadline_ms, registered_ms, timeout_ms, payload,
+        late, rest)``, where ``rest`` is the spec of an operation that is not plain (else
+        None). With ``overdue_late`` (a restore at a later time than the snapshot's) one whose
+        deadline has passed is flagged late too. Scope strings are expected interned by the
+        caller (one per scope). The watches and the wheel are built as :meth:`restore` builds
+        them; the page index is sorted once per scope, at the end.
+        """
+        ops, new, now = self._ops, _new, self._progress.now_ms
+        cls, timer = self._new_op, self._purgatory.timer
+        watch = self._purgatory._watch_trusted
+        counts: dict[str, int] = {}
+        sizes: dict[str, int] = {}
+        ids: dict[str, list[str]] = {}
+        last_deadline, last_timeout = self._last_deadline, self._last_timeout
+        event_time = TimeDomain.EVENT_TIME
+        scope_bytes: dict[str, int] = {}
+        one_key = OPERATION_BYTES + KEY_BYTES
+        for scope, op_id, keys, row_deadline, registered, row_timeout, payload, late, rest in rows:
+            # one int object for a run of equal deadlines and timeouts, as in add()
+            if row_deadline == last_deadline:
+                deadline = last_deadline
+            else:
+                deadline = last_deadline = row_deadline
+            timeout = row_timeout
+            if timeout is not None:
+                if timeout == last_timeout:
+                    timeout = last_timeout
+                else:
+                    last_timeout = timeout
+            ident = (scope, op_id)
+            op = new(cls)
+            op._bucket = None
+            op._seq = 0
+            op._state = _PENDING
+            op.ident = ident
+            op._keys = keys[0] if len(keys) == 1 else keys
+            op.registered_ms = registered
+            op.payload = payload
+            op.timeout_ms = timeout
+            op.rest = rest
+            if rest is None:
+                op._deadline_ms = deadline
+                op.late = late or (overdue_late and now >= deadline)
+                # plain_operation_bytes(), inlined for the usual operation: a restore's
+                # costliest call after the wheel's
+                key = keys[0] if len(keys) == 1 else ""
+                if key and payload is None and op_id.isascii() and key.isascii():
+                    base = scope_bytes.get(scope)
+                    if base is None:
+                        base = scope_bytes[scope] = one_key + utf8_len(scope)
+                    size = base + len(op_id) + len(key)
+                else:
+                    size = plain_operation_bytes(scope, op_id, keys, payload)
+            else:
+                domain = rest.time_domain
+                op._deadline_ms = deadline if domain is not event_time else MAX_TIME_MS
+                op.late = late or (overdue_late and self._passed(domain, scope, deadline))
+                size = operation_bytes(rest)
+                if domain is event_time:
+                    self._keyed.register_event_time_timer(scope, op_id, _DEADLINE, deadline)
+            ops[ident] = op
+            held = ids.get(scope)
+            if held is None:
+                ids[scope] = [op_id]
+                counts[scope] = 1
+                sizes[scope] = size
+            else:
+                held.append(op_id)
+                counts[scope] += 1
+                sizes[scope] += size
+            if keys:
+                watch(op, [(scope, key) for key in keys])
+            elif rest is None or rest.time_domain is not event_time:
+                timer.add(op)
+        self._last_deadline, self._last_timeout = last_deadline, last_timeout
+        for scope, op_ids in ids.items():
+            _add_ids(self._op_ids, scope, op_ids)
+            self._hold(scope, counts[scope], sizes[scope])
 
     def rearm(self, op: _Op, spec: OperationSpec) -> None:
         """Move the pending timer ``op`` to the deadline of ``spec``, its new request (the same

@@ -30,6 +30,14 @@ def _add_id(index: dict[str, list[str] | _SortedIds], scope: str, op_id: str) ->
         ids.add(op_id)
 
 
+def _add_ids(index: dict[str, list[str] | _SortedIds], scope: str, op_ids: list[str]) -> None:
+    """Add many op_ids (none already held) at once: one sort instead of an insert each."""
+    ids = index.get(scope)
+    held = [] if ids is None else ids if isinstance(ids, list) else ids.items()
+    merged = sorted([*held, *op_ids])
+    index[scope] = merged if len(merged) <= 2 * _BLOCK else _SortedIds(merged)
+
+
 def _remove_id(index: dict[str, list[str] | _SortedIds], scope: str, op_id: str) -> None:
     ids = index[scope]
     if isinstance(ids, list):
@@ -107,6 +115,10 @@ class _SortedIds:
             del lasts[i]
             if len(block) > 2 * _BLOCK:
                 self._split(i)
+
+    def items(self) -> list[str]:
+        """Every item, in order."""
+        return [item for block in self._blocks for item in block]
 
     def after(self, item: str | None, limit: int) -> list[str]:
         """Up to ``limit`` items greater than ``item`` (None: the least ones), in order."""

@@ -158,6 +158,21 @@ class DelayedOperationPurgatory:
         self._estimated_ops += 1
         self.timer.add(op)
 
+    def _watch_trusted(self, op: DelayedOperation, keys: list[Hashable]) -> None:
+        """:meth:`_watch_restored` for keys known to be valid and distinct (a bulk restore)."""
+        watchers = self._watchers
+        for key in keys:
+            held = watchers.get(key)
+            if held is None:
+                watchers[key] = op
+            elif isinstance(held, list):
+                held.append(op)
+            else:
+                watchers[key] = [held, op]
+        self._watched += len(keys)
+        self._estimated_ops += 1
+        self.timer.add(op)
+
     def check_and_complete(self, key: Hashable) -> int:
         """Try to complete every operation watching ``key``; drop completed ones from its list.
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import trio
 
 from purgatory._core import (
+    BadRecordError,
     Engine,
     EngineConfig,
     JournalEntry,
@@ -168,7 +169,14 @@ async def _from_snapshot(
         return Replayer(engine, progress=progress), 0
     began = trio.current_time()
     manifest = found.manifest
-    engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
+    try:
+        engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
+    except BadRecordError as exc:
+        # A snapshot this build cannot decode (a later format, written by a newer replica
+        # before a rollback): it only saves time, so the whole journal is replayed instead.
+        _log.warning("snapshot_undecodable", partition=partition, error=str(exc))
+        engine = Engine(config, partition=partition, journal=journal)
+        return Replayer(engine, progress=progress), 0
     progress.snapshot_bytes = manifest.size_bytes
     progress.snapshot_pending = engine.statistics().pending
     progress.rebuild_s = trio.current_time() - began

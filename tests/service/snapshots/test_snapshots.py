@@ -4,6 +4,7 @@ journal, found again, and a restore from one decides what a restore from the jou
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any
 
@@ -219,3 +220,48 @@ async def test_a_snapshotter_follows_the_partitions_the_service_beside_it_holds(
     assert 0 not in order[order.index(1) :]  # and 0 no more: its standby was dropped
     manifests = [r for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY]
     assert {r.partition for r in manifests} == {0, 1}
+
+
+async def test_a_snapshot_of_a_later_format_is_passed_over_for_the_whole_journal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A replica rolled back to an older build finds the snapshot a newer one wrote: it cannot
+    decode it, so it replays the whole journal instead, and reaches the same state."""
+    broker = _broker()
+    for i in range(20):
+        _register(broker, "s0", f"op{i}", [f"k{i}"], timeout_ms=3_600_000)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
+        await trio.sleep(2)
+        stop.set()
+    reader = FakeReader(broker)
+    restore = functools.partial(
+        restore_partition,
+        reader,
+        topic=CHANGELOG,
+        config=SETTINGS.to_engine_config(),
+        journal=None,
+    )
+    partition = next(p for p in (0, 1) if broker.topics[CHANGELOG][p])
+    from_journal = await restore(snapshots_topic=None, partition=partition, progress=Progress(0))
+    assert from_journal.engine.statistics().pending == 20
+    later = b"PURGATORY-SNAPSHOT\n" + (99).to_bytes(2, "big") + b"a format of the future"
+    async with FakeTransport(broker).open_sink() as sink:
+        await write_snapshot(
+            sink,
+            topic=SNAPSHOTS,
+            data=later,
+            partition=partition,
+            journal_offset=len(broker.topics[CHANGELOG][partition]),
+            clock_ms=EPOCH_MS,
+            input_positions={REQUESTS: 20},
+            delivered=0,
+            max_record_bytes=1_100,
+        )
+    restored = await restore(
+        snapshots_topic=SNAPSHOTS, partition=partition, progress=Progress(partition)
+    )
+    assert restored.progress.snapshot_bytes == 0  # the snapshot was not used
+    assert snapshot_engine(restored.engine) == snapshot_engine(from_journal.engine)
+    assert restored.positions == from_journal.positions
