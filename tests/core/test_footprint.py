@@ -34,7 +34,7 @@ def test_the_worked_example() -> None:
         op_id="nightly", scope=NIGHT, keys=KEYS, deadline_ms=6_000, payload='{"job": "report"}'
     )
     assert utf8_len(spec.payload or "") == 17
-    assert operation_bytes(spec) == 1_365
+    assert operation_bytes(spec) == 1_039
     assert finished_bytes(spec) == 1_382
     assert signal_bytes(NIGHT, "ingest/orders", SignalFact(0, None, "o")) == 560
 

@@ -188,7 +188,7 @@ def test_a_cancelled_operation_lingering_in_a_watch_list_limits_nothing() -> Non
 
 
 def test_a_replay_refuses_exactly_what_was_refused() -> None:
-    config = EngineConfig(max_pending_bytes_per_scope=2_000, max_remembered_signals_per_scope=1)
+    config = EngineConfig(max_pending_bytes_per_scope=1_300, max_remembered_signals_per_scope=1)
     recorder = JournalRecorder()
     engine = Engine(config, journal=recorder)
     refused = 0

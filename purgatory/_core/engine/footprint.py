@@ -26,7 +26,12 @@ built from freshly decoded strings (as a JSON decode gives them, so nothing is i
 registered, signalled, or registered and cancelled into an empty engine; the traced growth was
 divided by the count and the texts' lengths subtracted; the fixed and per-key parts were fitted
 over 0, 1, 3 and 10 keys with payloads of 0 and 1,000 bytes, in both time domains (each shape
-within 3 % of the formula, but the event-time operation without keys: the formula is 8 % over).
+within 1 % of the formula in processing time; in event time 6 % under it with three keys and 9 %
+over without). The pending constants were measured again, at 3,000 objects, when pending
+operations took their compact form (536 + 234 per key before, 432 + 160 now). An estimate is
+part of what a replay re-decides, so a journal written under a configured
+``max_pending_bytes_per_scope`` by an earlier build is replayed against the smaller estimate: a
+registration that limit refused then may be held now. No limit in bytes is set by default.
 Fewer objects cost more each, up to 20 % at 3,000 (hash tables grow by doubling).
 ``tests/core/test_footprint.py`` repeats the measurement and fails when the formula drifts from
 it by more than 30 %.
@@ -37,7 +42,7 @@ Worked example: the nightly barrier of three keys ``ingest/orders``, ``ingest/us
 ``ingest/stock`` (13 + 12 + 12 bytes) in scope ``ingest@2026-11-22`` (17) with op_id ``nightly``
 (7) and a 17-byte payload, in processing time::
 
-    536 + 3 * 234 + (17 + 7 + 37 + 49 + 17) = 1,365 bytes while pending
+    432 + 3 * 160 + (17 + 7 + 37 + 49 + 17) = 1,039 bytes while pending
     880 + 3 * 125 + (17 + 7 + 37 + 49 + 17) = 1,382 bytes once finished
 
 and the signal ``ingest/orders`` with the payload ``o``: ``480 + 17 + 13 + 49 + 1 = 560`` bytes.
@@ -64,14 +69,18 @@ __all__ = [
     "utf8_len",
 ]
 
-#: A pending operation without keys: its spec, ``_Op`` (a timer task), its index entries and
-#: its wheel entry, and the headers of its scope and op_id strings.
-OPERATION_BYTES = 536
+#: A pending operation without keys: its ``_Op`` (a timer task holding its spec's fields), its
+#: ``(scope, op_id)`` tuple and index entries, its wheel entry, its deadline's int and the
+#: headers of its scope and op_id strings (the scope's is shared by a scope's operations, but
+#: the estimate of an input cannot know what else is held).
+OPERATION_BYTES = 432
 #: Each watch key: its string's header, its slot in the keys tuple and its watch-list entry
-#: (the ``(scope, key)`` tuple, the dict slot and the list of watchers).
-KEY_BYTES = 234
-#: An event-time deadline: its keyed timer and heap entry, instead of a wheel entry.
-EVENT_TIME_BYTES = 520
+#: (the ``(scope, key)`` tuple and the dict slot; a key watched by several operations adds a
+#: list).
+KEY_BYTES = 160
+#: An event-time deadline: its keyed timer and heap entry, instead of a wheel entry, and the
+#: spec the operation keeps (an event-time operation is not plain).
+EVENT_TIME_BYTES = 680
 #: A remembered signal: its ``(scope, key)`` tuple, its fact, its TTL slot (a timer task in the
 #: TTL wheel) and dict entry, and the headers of its scope and key strings.
 SIGNAL_BYTES = 480
