@@ -17,7 +17,7 @@ import gc
 import os
 import signal as signals
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -29,18 +29,20 @@ from purgatory.service.kafka.config import raising_single_errors
 from purgatory.service.ownership.layout import check_counts, read_counts
 from purgatory.service.settings import Settings, env_name
 from purgatory.service.snapshots.snapshot_watch import SnapshotWatch
-from purgatory.service.snapshots.snapshotter import Snapshotter
+from purgatory.service.snapshots.snapshotter import LAST_SNAPSHOTS_S, Snapshotter
 from purgatory.service.supervisors.supervisor import (
     Child,
     Supervisor,
     start_process,
     with_pdeathsig,
 )
-from purgatory.service.telemetry.logging import configure_logging
+from purgatory.service.telemetry.logging import configure_logging, get_logger
 from purgatory.service.telemetry.metrics import Metrics
 from reaper import Clock
 
 __all__ = ["env_value", "run_serve", "run_snapshotter", "serve_with_snapshotter"]
+
+_log = get_logger()
 
 
 def _tune_gc() -> None:
@@ -170,6 +172,27 @@ async def _snapshot_until_stopped(settings: Settings) -> None:
                 async for _ in received:
                     nursery.cancel_scope.cancel()
                     break
+            # A graceful stop: the service beside has stopped; hand its successor the latest
+            # state. A second signal, or the bound, ends it at once.
+            with trio.move_on_after(LAST_SNAPSHOTS_S) as bounded:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_on_signal, received, nursery.cancel_scope)
+                    began, before = trio.current_time(), len(snapshotter.written)
+                    await snapshotter.last_snapshots()
+                    _log.info(
+                        "last_snapshots_written",
+                        seconds=round(trio.current_time() - began, 3),
+                        partitions=len(snapshotter.written) - before,
+                    )
+                    nursery.cancel_scope.cancel()
+            if bounded.cancelled_caught:
+                _log.warning("last_snapshots_timed_out", after_s=LAST_SNAPSHOTS_S)
+
+
+async def _cancel_on_signal(received: AsyncIterator[int], scope: trio.CancelScope) -> None:
+    async for _ in received:
+        scope.cancel()
+        return
 
 
 async def _held_by_service(settings: Settings) -> list[int] | None:

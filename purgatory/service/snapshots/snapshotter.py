@@ -7,6 +7,12 @@ journal after it), then keeps it current by replaying the changelog as it grows.
 ``snapshot_interval_ms``, a partition whose journal grew is snapshotted at the journal offset
 reached and written to the snapshots topic (:mod:`purgatory.service.snapshots.snapshots`).
 
+At a graceful stop (SIGTERM, sent by ``serve`` once the service has stopped and its journal is
+settled) the standby catches up with the journal and writes a last snapshot of each partition
+that grew (:meth:`Snapshotter.last_snapshots`), within :data:`LAST_SNAPSHOTS_S`: the next owner
+then restores that snapshot and replays nothing after it, where it would otherwise replay up
+to an interval of journal.
+
 The snapshot is of a replayed engine, never of the live one: it holds exactly the journal's
 prefix up to ``journal_offset``, and a restore from it followed by the journal after it decides
 the same outcomes as the serving engine did. A snapshotter that dies or lags costs nothing but
@@ -28,9 +34,13 @@ from purgatory.service.kafka.transport import LogReader, RecordSink
 from purgatory.service.snapshots.snapshots import write_snapshot
 from purgatory.service.telemetry.logging import get_logger
 
-__all__ = ["SnapshotStatistics", "Snapshotter"]
+__all__ = ["LAST_SNAPSHOTS_S", "SnapshotStatistics", "Snapshotter"]
 
 _log = get_logger()
+
+#: How long the last snapshots at a graceful stop may take: under the serving process's 10 s
+#: between its SIGTERM and a SIGKILL (``supervisors.supervisor.STOP_TIMEOUT_S``).
+LAST_SNAPSHOTS_S = 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +125,14 @@ class Snapshotter:
             if trio.current_time() >= next_snapshot:
                 await self.snapshot_all()
                 next_snapshot = trio.current_time() + self._interval_s
+
+    async def last_snapshots(self) -> None:
+        """At a graceful stop: replay the journal to its end and snapshot every partition that
+        grew since its last snapshot, so the next owner restores from the latest state and
+        replays no tail. The serving process has stopped when it asks (its journal is
+        settled); a partition whose write fails keeps its earlier snapshot, as at any time."""
+        await self.tail()
+        await self.snapshot_all()
 
     async def follow(self, partitions: Iterable[int]) -> None:
         """Keep a standby of exactly ``partitions``: restore the new ones, drop the others."""

@@ -265,3 +265,58 @@ async def test_a_snapshot_of_a_later_format_is_passed_over_for_the_whole_journal
     assert restored.progress.snapshot_bytes == 0  # the snapshot was not used
     assert snapshot_engine(restored.engine) == snapshot_engine(from_journal.engine)
     assert restored.positions == from_journal.positions
+
+
+async def test_the_last_snapshots_at_a_stop_leave_the_next_owner_no_tail(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A graceful stop: the standby catches up with the journal and snapshots every partition
+    that grew, so a restore replays nothing after the snapshot."""
+    broker = _broker()
+    for i in range(30):
+        _register(broker, f"s{i % 3}", f"op{i}", [f"k{i}"], timeout_ms=3_600_000)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
+        await trio.sleep(2)
+        stop.set()
+    reader = FakeReader(broker)
+    async with FakeTransport(broker).open_sink() as sink:
+        snapshotter = Snapshotter(
+            reader,
+            sink,
+            changelog_topic=CHANGELOG,
+            snapshots_topic=SNAPSHOTS,
+            config=SETTINGS.to_engine_config(),
+            partitions=[0, 1],
+            interval_ms=3_600_000,  # no periodic snapshot during the test
+            max_record_bytes=4_096,
+        )
+        await snapshotter.follow([0, 1])
+        assert not [r for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY]
+        for i in range(30, 40):  # journaled after the standby's restore
+            _register(broker, f"s{i % 3}", f"op{i}", [f"k{i}"], timeout_ms=3_600_000)
+        again = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _serve(broker, again, with_snapshotter=False))
+            await trio.sleep(2)
+            again.set()
+        await snapshotter.last_snapshots()
+    pending = 0
+    for partition in (0, 1):
+        if not broker.topics[CHANGELOG][partition]:
+            continue
+        restored = await restore_partition(
+            reader,
+            topic=CHANGELOG,
+            snapshots_topic=SNAPSHOTS,
+            partition=partition,
+            config=SETTINGS.to_engine_config(),
+            journal=None,
+            progress=Progress(partition),
+        )
+        assert restored.progress.snapshot_bytes > 0
+        assert restored.progress.records == 0  # no tail after the last snapshot
+        assert restored.journal_end == len(broker.topics[CHANGELOG][partition])
+        pending += restored.engine.statistics().pending
+    assert pending == 40
