@@ -23,6 +23,7 @@ caller (:mod:`purgatory.service.dispatch.follow`, which serves the partition wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -170,7 +171,11 @@ async def _from_snapshot(
     began = trio.current_time()
     manifest = found.manifest
     try:
-        engine = restore_engine(found.data, now_ms=0, config=config, journal=journal)
+        # In a worker thread, as the replay: the loop keeps answering (``/readyz``, the other
+        # partitions) while a million operations are rebuilt.
+        engine = await trio.to_thread.run_sync(
+            functools.partial(restore_engine, found.data, now_ms=0, config=config, journal=journal)
+        )
     except BadRecordError as exc:
         # A snapshot this build cannot decode (a later format, written by a newer replica
         # before a rollback): it only saves time, so the whole journal is replayed instead.

@@ -225,7 +225,7 @@ def test_the_budget_refuses_growth_but_takes_the_signals_that_operations_await()
             register(state, scope if i % 2 else other, f"op-{i}", client=f"c{i % 3}")
             accepted += 1
     assert caught.value.field == "max_memory_bytes"
-    assert 5 < accepted < 30
+    assert 5 < accepted < 40  # about 620 estimated bytes each
     assert state.table.admission.memory_bytes() <= MEMORY_BASE_BYTES + room
     with pytest.raises(LimitError) as caught:
         state.signal(SignalRecord(scope, "nobody-awaits-it"))
