@@ -19,10 +19,10 @@ column one string of them all with their lengths; the deadlines, registration ti
 little-endian 64-bit ints; the positions of the ones flagged ``late``; and,
 for the few that are not plain (a condition other than ``all``, event time, a ``reply_to``),
 their position with those fields. Decoding is then a handful of C calls (the JSON parser reads
-a column as one string, base64 and ``array`` turn it into ints) and a slice per text, where version 1, one JSON row per
-operation, cost a list and a dozen objects per operation before the rebuild began: a
-restore of 1M pending operations went from 14 s of CPU to a few. Version 1 is still read, so a
-snapshot written before an upgrade restores after it.
+a column as one string, base64 and ``array`` turn it into ints) and a slice per text, where
+version 1, one JSON row per operation, cost a list and a dozen objects per operation before the
+rebuild began: a restore of 1M pending operations went from 14 s of CPU to about 4. Version 1
+is still read, so a snapshot written before an upgrade restores after it.
 
 Restoring at ``now_ms`` rebuilds each pending operation in bulk: its spec without re-validation
 and its watch entries without the condition checks of a registration, both vouched for by the
