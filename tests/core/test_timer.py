@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -217,3 +217,36 @@ class TimerMachine(RuleBasedStateMachine):
 
 TimerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
 test_timer_against_model = TimerMachine.TestCase
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(0, 5_000),
+    tick=st.sampled_from([1, 3, 10]),
+    deadlines=st.lists(st.integers(0, 40_000), max_size=40),
+    advances=st.lists(st.integers(0, 20_000), min_size=1, max_size=6),
+)
+def test_adding_all_at_once_is_adding_one_by_one(
+    start: int, tick: int, deadlines: list[int], advances: list[int]
+) -> None:
+    """``_add_all`` (a restore's bulk path) schedules exactly as ``add`` in a loop: the same
+    tasks come back at the same advances, in the same order."""
+    ones, alls = (
+        Timer(tick_ms=tick, wheel_size=8, start_ms=start),
+        Timer(tick_ms=tick, wheel_size=8, start_ms=start),
+    )
+    by_one = [TimerTask(deadline_ms=d) for d in sorted(deadlines, key=lambda d: d % 7)]
+    at_once = [TimerTask(deadline_ms=t.deadline_ms) for t in by_one]
+    for task in by_one:
+        ones.add(task)
+    alls._add_all(at_once)
+    assert len(alls) == len(ones)
+    index = {id(t): i for i, t in enumerate(by_one)} | {id(t): i for i, t in enumerate(at_once)}
+    now = start
+    for step in advances:
+        now += step
+        assert [index[id(t)] for t in alls.advance_clock(now)] == [
+            index[id(t)] for t in ones.advance_clock(now)
+        ]
+        assert alls.next_expiration_ms() == ones.next_expiration_ms()
+    assert len(alls) == len(ones)

@@ -21,7 +21,7 @@ bad input.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from sys import intern as _intern
 
 from purgatory._core.engine.engine_types import _Finished, _Op, _op_type
@@ -37,7 +37,7 @@ from purgatory._core.engine.sorted_ids import _add_id, _add_ids, _remove_id
 from purgatory._core.engine.state import EngineState
 from purgatory._core.engine.validate import MAX_TIME_MS
 from purgatory._core.flink.keyed_timers import TimeDomain
-from purgatory._core.wheel.operation import _PENDING
+from purgatory._core.wheel.operation import _PENDING, DelayedOperation
 
 #: A pending operation as a snapshot holds it (see :meth:`Lifecycle.restore_bulk`).
 RestoredRow = tuple[
@@ -154,8 +154,10 @@ class Lifecycle:
         them; the page index is sorted once per scope, at the end.
         """
         ops, new, now = self._ops, _new, self._progress.now_ms
-        cls, timer = self._new_op, self._purgatory.timer
-        watch = self._purgatory._watch_trusted
+        cls = self._new_op
+        watches: list[tuple[Hashable, DelayedOperation]] = []
+        scheduled: list[DelayedOperation] = []
+        watched = 0
         counts: dict[str, int] = {}
         sizes: dict[str, int] = {}
         ids: dict[str, list[str]] = {}
@@ -217,10 +219,16 @@ class Lifecycle:
                 counts[scope] += 1
                 sizes[scope] += size
             if keys:
-                watch(op, [(scope, key) for key in keys])
+                if len(keys) == 1:
+                    watches.append(((scope, keys[0]), op))
+                else:
+                    watches.extend(((scope, key), op) for key in keys)
+                watched += 1
+                scheduled.append(op)
             elif rest is None or rest.time_domain is not event_time:
-                timer.add(op)
+                scheduled.append(op)
         self._last_deadline, self._last_timeout = last_deadline, last_timeout
+        self._purgatory._restore_all(watches, scheduled, watched_ops=watched)
         for scope, op_ids in ids.items():
             _add_ids(self._op_ids, scope, op_ids)
             self._hold(scope, counts[scope], sizes[scope])

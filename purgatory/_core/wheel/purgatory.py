@@ -158,10 +158,18 @@ class DelayedOperationPurgatory:
         self._estimated_ops += 1
         self.timer.add(op)
 
-    def _watch_trusted(self, op: DelayedOperation, keys: list[Hashable]) -> None:
-        """:meth:`_watch_restored` for keys known to be valid and distinct (a bulk restore)."""
+    def _restore_all(
+        self,
+        watches: list[tuple[Hashable, DelayedOperation]],
+        scheduled: list[DelayedOperation],
+        *,
+        watched_ops: int,
+    ) -> None:
+        """:meth:`_watch_restored` in bulk: ``watches`` are (valid, distinct per operation) keys
+        and their operations, in order; ``scheduled`` the operations to add to the timer, in
+        order; ``watched_ops`` how many operations ``watches`` holds."""
         watchers = self._watchers
-        for key in keys:
+        for key, op in watches:
             held = watchers.get(key)
             if held is None:
                 watchers[key] = op
@@ -169,9 +177,9 @@ class DelayedOperationPurgatory:
                 held.append(op)
             else:
                 watchers[key] = [held, op]
-        self._watched += len(keys)
-        self._estimated_ops += 1
-        self.timer.add(op)
+        self._watched += len(watches)
+        self._estimated_ops += watched_ops
+        self.timer._add_all(scheduled)
 
     def check_and_complete(self, key: Hashable) -> int:
         """Try to complete every operation watching ``key``; drop completed ones from its list.
