@@ -130,9 +130,14 @@ bench: $(STAMP) $(if $(filter tansu,$(BROKER)),,$(KAFKA_STAMP))
 	$(BIN)/python -m tests.benchmarks.run --service $(if $(BROKER),--broker $(BROKER))
 
 ## Journal, snapshot and restore of 100k and 1M pending operations through the real broker
-## (about 4 minutes); writes docs/bench-restore.json.
-bench-restore: $(STAMP)
+## (about 4 minutes); writes docs/bench-restore.json. Then what a restart costs from outside:
+## `purgatory serve` with 1M pending operations and a snapshot of them, SIGKILLed and started
+## again, then SIGTERMed and started again, on Apache Kafka and then Tansu (about 5 minutes per
+## broker); writes docs/bench-restart.json. BROKER=kafka or BROKER=tansu: the restart on that
+## broker only. Kafka's jars: the kafka target.
+bench-restore: $(STAMP) $(if $(filter tansu,$(BROKER)),,$(KAFKA_STAMP))
 	$(BIN)/python -m tests.benchmarks.bench_restore --out docs
+	$(BIN)/python -m tests.benchmarks.bench_restart --out docs $(if $(BROKER),--broker $(BROKER))
 
 ## One service process against two that own disjoint partitions, and the cost of a forward
 ## (about 4 minutes); writes docs/bench-scale.json.
