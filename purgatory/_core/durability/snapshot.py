@@ -42,6 +42,7 @@ import zlib
 from array import array
 from base64 import b64decode, b64encode
 from collections.abc import Callable, Iterator
+from itertools import accumulate, pairwise, repeat
 from sys import intern
 from typing import Any
 
@@ -243,6 +244,74 @@ def _column(text: str) -> array[int]:
 
 def _pending_rows(columns: dict[str, Any]) -> Iterator[RestoredRow]:
     """The rows of :meth:`Lifecycle.restore_bulk` from a version 2 ``pending`` document."""
+    if columns["rest"]:
+        return _rows_one_by_one(columns)
+    # Only plain operations (nearly always): each column is turned into its values by C loops
+    # (slices of the texts, the arrays' ints) and zipped; what a row alone needs (a tuple of
+    # one key, a None for no timeout) is made as the rebuild takes the row.
+    column = columns.__getitem__
+    op_ids = _slices(column("op_ids"), _column(column("op_id_lens")))
+    keys = _slices(column("keys"), _column(column("key_lens")))
+    counts = _column(column("key_counts"))
+    size = len(op_ids)
+    if len(counts) != size:
+        raise ValueError(f"{len(counts)} key counts for {size} operations")
+    if counts.count(1) == size:
+        if len(keys) != size:
+            raise ValueError(f"{len(keys)} keys for {size} operations of one key")
+        grouped: Iterator[tuple[str, ...]] = ((key,) for key in keys)
+    else:
+        grouped = _grouped(keys, counts)
+    payload_lens = _column(column("payload_lens"))
+    payloads: Iterator[str | None]
+    if payload_lens.count(-1) == len(payload_lens):
+        payloads = repeat(None, len(payload_lens))
+    else:
+        payloads = _optional_slices(column("payloads"), payload_lens)
+    late_at = set(column("late_at"))
+    scopes = [intern(scope) for scope in column("scopes")]
+    return zip(
+        map(scopes.__getitem__, _column(column("scope"))),
+        op_ids,
+        grouped,
+        _column(column("deadlines")),
+        _column(column("registered")),
+        (None if timeout < 0 else timeout for timeout in _column(column("timeouts"))),
+        payloads,
+        (at in late_at for at in range(size)) if late_at else repeat(False, size),
+        repeat(None, size),
+        strict=True,
+    )
+
+
+def _slices(text: str, lengths: array[int]) -> list[str]:
+    """``text`` cut into consecutive pieces of ``lengths``."""
+    if sum(lengths) != len(text):
+        raise ValueError("the lengths do not add up to the text")
+    return [text[start:end] for start, end in pairwise(accumulate(lengths, initial=0))]
+
+
+def _grouped(keys: list[str], counts: array[int]) -> Iterator[tuple[str, ...]]:
+    taken = 0
+    for count in counts:
+        yield tuple(keys[taken : taken + count])
+        taken += count
+    if taken != len(keys):
+        raise ValueError("the key counts do not add up to the keys")
+
+
+def _optional_slices(text: str, lengths: array[int]) -> Iterator[str | None]:
+    at = 0
+    for length in lengths:
+        if length < 0:
+            yield None
+        else:
+            yield text[at : at + length]
+            at += length
+
+
+def _rows_one_by_one(columns: dict[str, Any]) -> Iterator[RestoredRow]:
+    """:func:`_pending_rows` where some operations are not plain: a row at a time."""
     scopes = [intern(scope) for scope in columns["scopes"]]
     op_text, key_text, payload_text = columns["op_ids"], columns["keys"], columns["payloads"]
     key_lens = iter(_column(columns["key_lens"]))

@@ -155,7 +155,10 @@ class Lifecycle:
         """
         ops, new, now = self._ops, _new, self._progress.now_ms
         cls = self._new_op
-        watches: list[tuple[Hashable, DelayedOperation]] = []
+        # Parallel lists, not a list of pairs: a pair per operation, dropped at the end, would
+        # leave holes in the memory among the long-lived objects made meanwhile.
+        watch_keys: list[Hashable] = []
+        watch_ops: list[DelayedOperation] = []
         scheduled: list[DelayedOperation] = []
         watched = 0
         counts: dict[str, int] = {}
@@ -165,7 +168,18 @@ class Lifecycle:
         event_time = TimeDomain.EVENT_TIME
         scope_bytes: dict[str, int] = {}
         one_key = OPERATION_BYTES + KEY_BYTES
-        for scope, op_id, keys, row_deadline, registered, row_timeout, payload, late, rest in rows:
+        last_registered = -1
+        for (
+            scope,
+            op_id,
+            keys,
+            row_deadline,
+            row_registered,
+            row_timeout,
+            payload,
+            late,
+            rest,
+        ) in rows:
             # one int object for a run of equal deadlines and timeouts, as in add()
             if row_deadline == last_deadline:
                 deadline = last_deadline
@@ -177,6 +191,10 @@ class Lifecycle:
                     timeout = last_timeout
                 else:
                     last_timeout = timeout
+            if row_registered == last_registered:
+                registered = last_registered
+            else:
+                registered = last_registered = row_registered
             ident = (scope, op_id)
             op = new(cls)
             op._bucket = None
@@ -220,15 +238,18 @@ class Lifecycle:
                 sizes[scope] += size
             if keys:
                 if len(keys) == 1:
-                    watches.append(((scope, keys[0]), op))
+                    watch_keys.append((scope, keys[0]))
+                    watch_ops.append(op)
                 else:
-                    watches.extend(((scope, key), op) for key in keys)
+                    for key in keys:
+                        watch_keys.append((scope, key))
+                        watch_ops.append(op)
                 watched += 1
                 scheduled.append(op)
             elif rest is None or rest.time_domain is not event_time:
                 scheduled.append(op)
         self._last_deadline, self._last_timeout = last_deadline, last_timeout
-        self._purgatory._restore_all(watches, scheduled, watched_ops=watched)
+        self._purgatory._restore_all(watch_keys, watch_ops, scheduled, watched_ops=watched)
         for scope, op_ids in ids.items():
             _add_ids(self._op_ids, scope, op_ids)
             self._hold(scope, counts[scope], sizes[scope])

@@ -40,7 +40,7 @@ advance_clock(100)                nothing expires (both completed): returns []
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from purgatory._core._errors import UsageError
@@ -160,16 +160,17 @@ class DelayedOperationPurgatory:
 
     def _restore_all(
         self,
-        watches: list[tuple[Hashable, DelayedOperation]],
-        scheduled: list[DelayedOperation],
+        keys: list[Hashable],
+        ops: list[DelayedOperation],
+        scheduled: Sequence[DelayedOperation],
         *,
         watched_ops: int,
     ) -> None:
-        """:meth:`_watch_restored` in bulk: ``watches`` are (valid, distinct per operation) keys
-        and their operations, in order; ``scheduled`` the operations to add to the timer, in
-        order; ``watched_ops`` how many operations ``watches`` holds."""
+        """:meth:`_watch_restored` in bulk: ``ops[i]`` watches ``keys[i]`` (valid, distinct per
+        operation), in order; ``scheduled`` are the operations to add to the timer, in order;
+        ``watched_ops`` how many operations ``ops`` holds."""
         watchers = self._watchers
-        for key, op in watches:
+        for key, op in zip(keys, ops, strict=True):
             held = watchers.get(key)
             if held is None:
                 watchers[key] = op
@@ -177,7 +178,7 @@ class DelayedOperationPurgatory:
                 held.append(op)
             else:
                 watchers[key] = [held, op]
-        self._watched += len(watches)
+        self._watched += len(keys)
         self._estimated_ops += watched_ops
         self.timer._add_all(scheduled)
 
