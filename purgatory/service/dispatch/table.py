@@ -21,6 +21,7 @@ acknowledged; the dispatcher (:mod:`purgatory.service.dispatch.dispatcher`) and 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator, Mapping
 
 from purgatory._core import (
@@ -138,7 +139,10 @@ class PartitionTable:
             keep_acked: go on following its delivered outcomes (while it is handed over) until
                 :meth:`forget_acked`.
         """
-        self._engines.pop(partition, None)
+        if self._engines.pop(partition, None) is not None:
+            # Its engine is cyclic garbage, which the collector never scans while frozen (a
+            # restore freezes what it built): back to the oldest generation, to be collected.
+            gc.unfreeze()
         self.admission.dropped(partition)
         if not keep_acked:
             self._acked.pop(partition, None)

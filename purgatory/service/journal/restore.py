@@ -105,6 +105,10 @@ class _GcPause:
         finally:
             self._depth -= 1
             if self._depth == 0:
+                # What the restores built lives long: frozen, later collections never scan it
+                # (a million operations cost a full collection about a second). An engine
+                # dropped at a hand-over is cyclic garbage: the table unfreezes then.
+                gc.freeze()
                 if self._reenable:
                     gc.enable()
                 _give_back_memory()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from purgatory._core import EngineConfig, Outcome, OutcomeKind, TimeDomain
+from purgatory._core import EngineConfig, OperationSpec, Outcome, OutcomeKind, TimeDomain
 from purgatory.service.dispatch.table import PartitionTable
 from purgatory.service.errors import NotServingError
 from purgatory.service.ownership.life import LifeTable
@@ -116,3 +118,22 @@ def test_a_scope_of_a_partition_held_and_not_served_answers_restoring() -> None:
     with pytest.raises(NotServingError) as elsewhere:
         table.engine_of(other)
     assert elsewhere.value.restoring is False
+
+
+def test_a_dropped_engine_is_collected_though_restores_froze_what_they_built() -> None:
+    """A restore freezes what it built (no collection scans it again); the engine of a
+    partition handed over is cyclic garbage, so dropping it must make it collectable."""
+    table = PartitionTable(EngineConfig(), partitions=2)
+    engine = table.new_engine(1, start_ms=0)
+    engine.register(OperationSpec(op_id="o", scope="s", keys=("k",), deadline_ms=10_000), now_ms=0)
+    table.serve(1, engine, positions={}, epochs={})
+    gone = weakref.ref(engine.lifecycle)  # in a cycle with the class of its operations
+    del engine
+    gc.collect()
+    gc.freeze()  # as at the end of a restore
+    try:
+        table.drop(1)
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
