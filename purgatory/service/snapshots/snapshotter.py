@@ -22,6 +22,7 @@ snapshots (each complete and checked on its own).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -139,6 +140,7 @@ class Snapshotter:
         wanted = set(partitions)
         for partition in sorted(set(self._standby) - wanted):
             del self._standby[partition]
+            gc.unfreeze()  # its engine is cyclic garbage; a restore froze it (see restore.py)
             _log.info("standby_dropped", partition=partition)
         for partition in sorted(wanted - set(self._standby)):
             await self._restore(partition)
