@@ -410,21 +410,33 @@ def test_a_stopping_pod_keeps_serving_until_the_services_forget_it(mode: str) ->
 
 
 @pytest.mark.parametrize(
-    ("pre_stop_s", "grace_ms", "fits"),
-    [(5, 24_999, True), (5, 25_000, False), (0, 29_999, True), (30, 0, False), (29, 999, True)],
+    ("pre_stop_s", "grace_ms", "snapshots", "fits"),
+    [
+        (5, 24_999, True, True),
+        (5, 25_000, True, False),
+        (0, 29_999, True, True),
+        (30, 0, True, False),
+        (29, 999, True, True),
+        (5, 34_999, False, True),
+        (5, 35_000, False, False),
+    ],
 )
-def test_the_pause_and_the_graceful_stop_fit_in_the_grace_period(
-    pre_stop_s: int, grace_ms: int, fits: bool
+def test_the_pause_the_graceful_stop_and_the_last_snapshots_fit_in_the_grace_period(
+    pre_stop_s: int, grace_ms: int, snapshots: bool, fits: bool
 ) -> None:
-    # The grace period counts from the hook: what the pause takes, the graceful stop loses.
+    # The grace period counts from the hook: what the pause takes, the graceful stop loses; with
+    # snapshots on, the snapshotter's last snapshots take up to 10 s after the service stopped.
     values = {
         "lifecycle": {"preStopSleepSeconds": pre_stop_s},
-        "config": {"shutdown_grace_ms": grace_ms},
+        "config": {
+            "shutdown_grace_ms": grace_ms,
+            "snapshot_interval_ms": 60_000 if snapshots else 0,
+        },
     }
     if fits:
         assert kind(manifests(values), "Deployment")
     else:
-        with pytest.raises(helm.HelmRenderError, match=r"terminationGracePeriodSeconds \(30s\)"):
+        with pytest.raises(helm.HelmRenderError, match=r"terminationGracePeriodSeconds \(40s\)"):
             render(values)
 
 
@@ -500,13 +512,15 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
         ),
         (
             {"config": {"shutdown_grace_ms": 30000}, "lifecycle": {"preStopSleepSeconds": 0}},
-            "config.shutdown_grace_ms: must stay below terminationGracePeriodSeconds (30s), "
-            "got 0s + 30000 ms",
+            "config.shutdown_grace_ms (+ 10 s for the last snapshots with config.journal and "
+            "config.snapshot_interval_ms on): must stay below terminationGracePeriodSeconds "
+            "(40s), got 0s + 30000 ms + 10000 ms",
         ),
         (
             {"config": {"shutdown_grace_ms": 26000}},
-            "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms: must stay below "
-            "terminationGracePeriodSeconds (30s), got 5s + 26000 ms",
+            "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms (+ 10 s for the last "
+            "snapshots with config.journal and config.snapshot_interval_ms on): must stay below "
+            "terminationGracePeriodSeconds (40s), got 5s + 26000 ms + 10000 ms",
         ),
         (
             {
