@@ -14,7 +14,7 @@ from purgatory._kafka_options import (
     kafka_connection_problems,
     service_variable,
 )
-from purgatory.service.kafka.config import KafkaClientConfig
+from purgatory.service.kafka.config import KafkaClientConfig, no_topic_creation
 from purgatory.service.settings import SecurityProtocol, Settings
 
 SERVERS = {"bootstrap_servers": "kafka:9092"}
@@ -200,3 +200,19 @@ def test_the_client_config_from_the_settings_connects_as_they_say(pem: dict[str,
         "sasl_plain_password": "p",
         **pem,
     }
+
+
+@pytest.mark.parametrize(("short_lived", "backoff_ms"), [(False, 100), (True, 10)])
+def test_a_client_made_for_one_read_looks_metadata_up_without_the_long_back_off(
+    short_lived: bool, backoff_ms: int
+) -> None:
+    # kafka-python 3.0.12 waits the cluster's retry_backoff_ms before a new client's first
+    # metadata lookup, and the client's own setting does not reach it: the reader's clients,
+    # one per read, set it on the cluster; the long-lived clients keep kafka-python's default.
+    factory = no_topic_creation(short_lived=short_lived)["kafka_client"]
+    client = factory(bootstrap_servers=["127.0.0.1:1"])
+    try:
+        assert client.cluster.config["retry_backoff_ms"] == backoff_ms
+        assert client.cluster.config["allow_auto_create_topics"] is False
+    finally:
+        client.close()
