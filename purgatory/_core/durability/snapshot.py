@@ -24,9 +24,10 @@ version 1, one JSON row per operation, cost a list and a dozen objects per opera
 rebuild began: a restore of 1M pending operations went from 14 s of CPU to about 4. Version 1
 is still read, so a snapshot written before an upgrade restores after it.
 
-Restoring at ``now_ms`` rebuilds each pending operation in bulk: its spec without re-validation
-and its watch entries without the condition checks of a registration, both vouched for by the
-snapshot (see :meth:`~purgatory._core.engine.lifecycle.Lifecycle.restore`). Each keeps its
+Restoring at ``now_ms`` rebuilds the pending operations in bulk, from their fields: no spec
+for a plain one, no re-validation, and watch entries without the condition checks of a
+registration, all vouched for by the snapshot (see
+:meth:`~purgatory._core.engine.lifecycle.Lifecycle.restore_bulk`). Each keeps its
 ``late`` flag, so a restore at the snapshot's own clock rebuilds exactly the state that was saved
 (a journal tail replayed on it then decides the same outcomes); restored at a later ``now_ms``,
 one whose deadline has passed meanwhile is flagged ``late`` and expires at the next steps, at
