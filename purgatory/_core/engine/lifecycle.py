@@ -77,14 +77,11 @@ class Lifecycle:
 
     # -- what the engine's inputs change -------------------------------------------------------
 
-    def add(
-        self, spec: OperationSpec, *, registered_ms: int, late: bool, checked: bool = True
-    ) -> Outcome | None:
+    def add(self, spec: OperationSpec, *, registered_ms: int, late: bool) -> Outcome | None:
         """Hold a new operation: index it, watch its keys, schedule its deadline.
 
-        With ``checked`` (a registration) its condition is checked before and after the watch,
-        and it may complete at once: its outcome is then returned, and not taken by
-        :meth:`take`. Without (:meth:`restore`) it is watched as it is.
+        Its condition is checked before and after the watch, and it may complete at once: its
+        outcome is then returned, and not taken by :meth:`take`.
         """
         scope = spec.scope
         if type(scope) is str:  # one string per scope, not one per operation
@@ -116,42 +113,28 @@ class Lifecycle:
         if spec.time_domain is TimeDomain.EVENT_TIME:
             self._keyed.register_event_time_timer(scope, spec.op_id, _DEADLINE, spec.deadline_ms)
         if spec.keys:
-            keys = [(scope, k) for k in spec.keys]
-            if checked:
-                self._purgatory.try_complete_else_watch(op, keys)
-            else:
-                self._purgatory._watch_restored(op, keys)
+            self._purgatory.try_complete_else_watch(op, [(scope, k) for k in spec.keys])
         elif spec.time_domain is TimeDomain.PROCESSING_TIME:
             self._purgatory.timer.add(op)
-        if not checked:
-            return None
         decided = self._decided
         self._decided = []  # the registration answers with its outcome, if any
         return decided[-1] if decided and op.is_completed else None
 
-    def restore(self, spec: OperationSpec, *, registered_ms: int, late: bool | None = None) -> None:
-        """Rebuild one operation a snapshot held as pending, without checking its condition.
-
-        It was pending when the snapshot was taken, so the signals then remembered did not
-        satisfy it; a restore only ever drops remembered signals (their TTL), never adds one.
-        So the check-watch-check of a registration (the bulk of its cost) can be skipped; an
-        operation whose deadline passed meanwhile is flagged late and expires at the next step.
-        """
-        if late is None:
-            late = self._passed(spec.time_domain, spec.scope, spec.deadline_ms)
-        self.add(spec, registered_ms=registered_ms, late=late, checked=False)
-
     def restore_bulk(self, rows: Iterable[RestoredRow], *, overdue_late: bool) -> None:
-        """:meth:`restore` for all of a snapshot's pending operations at once, in order, from
-        their fields: no spec is built for a plain operation (processing time, condition
-        ``all``, no ``reply_to``: nearly all of them).
+        """Rebuild all of a snapshot's pending operations at once, in order, from their fields:
+        no spec is built for a plain operation (processing time, condition ``all``, no
+        ``reply_to``: nearly all of them), and no condition is checked. Each was pending when
+        the snapshot was taken, so the signals then remembered did not satisfy it, and a restore
+        only ever drops remembered signals (their TTL), never adds one: the check-watch-check of
+        a registration (the bulk of its cost) is skipped; an operation whose deadline passed
+        meanwhile is flagged late and expires at the next step.
 
         Each row is ``(scope, op_id, keys, deadline_ms, registered_ms, timeout_ms, payload,
         late, rest)``, where ``rest`` is the spec of an operation that is not plain (else
         None). With ``overdue_late`` (a restore at a later time than the snapshot's) one whose
         deadline has passed is flagged late too. Scope strings are expected interned by the
-        caller (one per scope). The watches and the wheel are built as :meth:`restore` builds
-        them; the page index is sorted once per scope, at the end.
+        caller (one per scope). The watches and the wheel are built as a registration builds
+        them, in bulk; the page index is sorted once per scope, at the end.
         """
         ops, new, now = self._ops, _new, self._progress.now_ms
         cls = self._new_op

@@ -142,22 +142,6 @@ class DelayedOperationPurgatory:
                 op.cancel()
         return False
 
-    def _watch_restored(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
-        """Watch and schedule ``op`` without checking it: for operations restored from a
-        snapshot, which were pending (so not completable) when it was taken."""
-        watchers = self._watchers
-        for key in _unique_keys(keys):
-            held = watchers.get(key)
-            if held is None:
-                watchers[key] = op
-            elif isinstance(held, list):
-                held.append(op)
-            else:
-                watchers[key] = [held, op]
-            self._watched += 1
-        self._estimated_ops += 1
-        self.timer.add(op)
-
     def _restore_all(
         self,
         keys: list[Hashable],
@@ -166,9 +150,10 @@ class DelayedOperationPurgatory:
         *,
         watched_ops: int,
     ) -> None:
-        """:meth:`_watch_restored` in bulk: ``ops[i]`` watches ``keys[i]`` (valid, distinct per
-        operation), in order; ``scheduled`` are the operations to add to the timer, in order;
-        ``watched_ops`` how many operations ``ops`` holds."""
+        """Watch and schedule operations restored from a snapshot, which were pending (so not
+        completable) when it was taken, without checking them: ``ops[i]`` watches ``keys[i]``
+        (valid, distinct per operation), in order; ``scheduled`` are the operations to add to
+        the timer, in order; ``watched_ops`` how many operations ``ops`` holds."""
         watchers = self._watchers
         for key, op in zip(keys, ops, strict=True):
             held = watchers.get(key)
