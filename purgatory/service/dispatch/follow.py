@@ -284,6 +284,9 @@ class Follower:
             overdue=status.overdue,
             snapshot_pending=status.snapshot_pending,
             restore_s=round(status.seconds or 0.0, 3),
+            fetch_s=round(status.fetch_s, 3),
+            rebuild_s=round(status.rebuild_s, 3),
+            tail_s=round(status.tail_s, 3),
             positions=restored.positions,
         )
 
