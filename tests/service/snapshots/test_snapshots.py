@@ -4,7 +4,6 @@ journal, found again, and a restore from one decides what a restore from the jou
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from typing import Any
 
@@ -15,7 +14,7 @@ from purgatory._codec import encode_request, encode_signal
 from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import snapshot_engine
 from purgatory.service.app import Service, topics_of
-from purgatory.service.journal.restore import Progress, restore_partition
+from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.settings import Settings
 from purgatory.service.snapshots.snapshots import (
     CHUNK_KEY,
@@ -73,6 +72,20 @@ async def _serve(broker: FakeBroker, stop: trio.Event, *, with_snapshotter: bool
             nursery.cancel_scope.cancel()
 
 
+async def _restore(reader: FakeReader, partition: int, *, snapshots: bool) -> Restored:
+    """Partition ``partition`` restored as a service would: from its latest snapshot and the
+    journal after it, or (``snapshots`` false) from the journal alone."""
+    return await restore_partition(
+        reader,
+        topic=CHANGELOG,
+        snapshots_topic=SNAPSHOTS if snapshots else None,
+        partition=partition,
+        config=SETTINGS.to_engine_config(),
+        journal=None,
+        progress=Progress(partition),
+    )
+
+
 def _callbacks(broker: FakeBroker) -> dict[str, bytes]:
     """Every callback by its id; copies of one id must be byte-identical."""
     seen: dict[str, bytes] = {}
@@ -108,24 +121,8 @@ async def test_a_restart_from_a_snapshot_and_its_journal_tail_decides_the_same_o
     for partition in (0, 1):
         found = await find_latest(reader, topic=SNAPSHOTS, partition=partition)
         assert found is not None and found.manifest.journal_offset > 0
-        from_snapshot = await restore_partition(
-            reader,
-            topic=CHANGELOG,
-            snapshots_topic=SNAPSHOTS,
-            partition=partition,
-            config=SETTINGS.to_engine_config(),
-            journal=None,
-            progress=Progress(partition),
-        )
-        from_journal = await restore_partition(
-            reader,
-            topic=CHANGELOG,
-            snapshots_topic=None,
-            partition=partition,
-            config=SETTINGS.to_engine_config(),
-            journal=None,
-            progress=Progress(partition),
-        )
+        from_snapshot = await _restore(reader, partition, snapshots=True)
+        from_journal = await _restore(reader, partition, snapshots=False)
         assert from_snapshot.progress.snapshot_bytes > 0
         assert from_snapshot.progress.entries < from_journal.progress.entries
         assert snapshot_engine(from_snapshot.engine) == snapshot_engine(from_journal.engine)
@@ -236,15 +233,8 @@ async def test_a_snapshot_of_a_later_format_is_passed_over_for_the_whole_journal
         await trio.sleep(2)
         stop.set()
     reader = FakeReader(broker)
-    restore = functools.partial(
-        restore_partition,
-        reader,
-        topic=CHANGELOG,
-        config=SETTINGS.to_engine_config(),
-        journal=None,
-    )
     partition = next(p for p in (0, 1) if broker.topics[CHANGELOG][p])
-    from_journal = await restore(snapshots_topic=None, partition=partition, progress=Progress(0))
+    from_journal = await _restore(reader, partition, snapshots=False)
     assert from_journal.engine.statistics().pending == 20
     later = b"PURGATORY-SNAPSHOT\n" + (99).to_bytes(2, "big") + b"a format of the future"
     async with FakeTransport(broker).open_sink() as sink:
@@ -259,9 +249,7 @@ async def test_a_snapshot_of_a_later_format_is_passed_over_for_the_whole_journal
             delivered=0,
             max_record_bytes=1_100,
         )
-    restored = await restore(
-        snapshots_topic=SNAPSHOTS, partition=partition, progress=Progress(partition)
-    )
+    restored = await _restore(reader, partition, snapshots=True)
     assert restored.progress.snapshot_bytes == 0  # the snapshot was not used
     assert snapshot_engine(restored.engine) == snapshot_engine(from_journal.engine)
     assert restored.positions == from_journal.positions
@@ -306,15 +294,7 @@ async def test_the_last_snapshots_at_a_stop_leave_the_next_owner_no_tail(
     for partition in (0, 1):
         if not broker.topics[CHANGELOG][partition]:
             continue
-        restored = await restore_partition(
-            reader,
-            topic=CHANGELOG,
-            snapshots_topic=SNAPSHOTS,
-            partition=partition,
-            config=SETTINGS.to_engine_config(),
-            journal=None,
-            progress=Progress(partition),
-        )
+        restored = await _restore(reader, partition, snapshots=True)
         assert restored.progress.snapshot_bytes > 0
         assert restored.progress.records == 0  # no tail after the last snapshot
         assert restored.journal_end == len(broker.topics[CHANGELOG][partition])
