@@ -15,6 +15,7 @@ from purgatory._codec._records import RegisterRequest, SignalRecord
 from purgatory._core import snapshot_engine
 from purgatory.service.app import Service, topics_of
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
+from purgatory.service.kafka.transport import RecordSink
 from purgatory.service.settings import Settings
 from purgatory.service.snapshots.snapshots import (
     CHUNK_KEY,
@@ -46,6 +47,21 @@ def _signal(broker: FakeBroker, scope: str, key: str) -> None:
     broker.append(SIGNALS, scope.encode(), encode_signal(SignalRecord(scope, key, None, None)))
 
 
+def _snapshotter(reader: FakeReader, sink: RecordSink, interval_ms: int) -> Snapshotter:
+    """A snapshotter of both partitions, in small chunks (a snapshot spans several)."""
+    return Snapshotter(
+        reader,
+        sink,
+        changelog_topic=CHANGELOG,
+        snapshots_topic=SNAPSHOTS,
+        config=SETTINGS.to_engine_config(),
+        partitions=[0, 1],
+        interval_ms=interval_ms,
+        max_record_bytes=4_096,
+        tail_every_s=0.2,
+    )
+
+
 async def _serve(broker: FakeBroker, stop: trio.Event, *, with_snapshotter: bool) -> None:
     fake = FakeTransport(broker, max_batch=16)
     async with (
@@ -56,17 +72,7 @@ async def _serve(broker: FakeBroker, stop: trio.Event, *, with_snapshotter: bool
         service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
         async with trio.open_nursery() as nursery:
             if with_snapshotter:
-                snapshotter = Snapshotter(
-                    reader,
-                    sink,
-                    changelog_topic=CHANGELOG,
-                    snapshots_topic=SNAPSHOTS,
-                    config=SETTINGS.to_engine_config(),
-                    partitions=[0, 1],
-                    interval_ms=SETTINGS.snapshot_interval_ms,
-                    max_record_bytes=4_096,  # small chunks: a snapshot spans several
-                    tail_every_s=0.2,
-                )
+                snapshotter = _snapshotter(reader, sink, SETTINGS.snapshot_interval_ms)
                 nursery.start_soon(snapshotter.run)
             await service.run(stop, serve_http=False)
             nursery.cancel_scope.cancel()
@@ -270,16 +276,7 @@ async def test_the_last_snapshots_at_a_stop_leave_the_next_owner_no_tail(
         stop.set()
     reader = FakeReader(broker)
     async with FakeTransport(broker).open_sink() as sink:
-        snapshotter = Snapshotter(
-            reader,
-            sink,
-            changelog_topic=CHANGELOG,
-            snapshots_topic=SNAPSHOTS,
-            config=SETTINGS.to_engine_config(),
-            partitions=[0, 1],
-            interval_ms=3_600_000,  # no periodic snapshot during the test
-            max_record_bytes=4_096,
-        )
+        snapshotter = _snapshotter(reader, sink, 3_600_000)  # no periodic snapshot meanwhile
         await snapshotter.follow([0, 1])
         assert not [r for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY]
         for i in range(30, 40):  # journaled after the standby's restore
