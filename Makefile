@@ -163,6 +163,16 @@ nemesis: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m tests.nemesis --seeds $(SEEDS) --delivery $(DELIVERY) \
 		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(OUT),--out $(OUT))
 
+## A rollout as a Kubernetes Deployment does it (tests/nemesis/rollout.py), on loopback: Apache
+## Kafka, three replicas in one consumer group, 300,000 pending operations, then HTTP
+## registrations (150/s, to ready replicas, retried) and Kafka signals (100/s) while each replica
+## in turn is SIGTERMed, started again and waited ready; checks nothing lost or conflicting and
+## the share of writes answered 2xx within 2 s (about six minutes). PENDING=N, OUT=DIR (default
+## docs) for DIR/rollout.json; the logs go to a new dir in /tmp. Kafka's jars: the kafka target.
+.PHONY: rollout
+rollout: $(STAMP) $(KAFKA_STAMP)
+	$(BIN)/python -m tests.nemesis.rollout $(if $(PENDING),--pending $(PENDING)) --out $(or $(OUT),docs)
+
 ## The Spark bridge through the real brokers and the service, Spark's Kafka connector beside the
 ## Python data sources and one kafka-python process: on Tansu (docs/bench-spark.json), then on
 ## Apache Kafka (docs/bench-spark-kafka.json); about ten minutes.
