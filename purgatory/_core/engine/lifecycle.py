@@ -121,63 +121,26 @@ class Lifecycle:
         return decided[-1] if decided and op.is_completed else None
 
     def restore_bulk(self, rows: Iterable[RestoredRow], *, overdue_late: bool) -> None:
-        """Rebuild all of a snapshot's pending operations at once, in order, from their fields:
-        no spec is built for a plain operation (processing time, condition ``all``, no
-        ``reply_to``: nearly all of them), and no condition is checked. Each was pending when
-        the snapshot was taken, so the signals then remembered did not satisfy it, and a restore
-        only ever drops remembered signals (their TTL), never adds one: the check-watch-check of
-        a registration (the bulk of its cost) is skipped; an operation whose deadline passed
-        meanwhile is flagged late and expires at the next step.
+        """Rebuild a snapshot's pending operations at once, in order, from their fields: no
+        spec for a plain one (processing time, condition ``all``, no ``reply_to``: nearly all),
+        no condition checked (each was pending when the snapshot was taken, and a restore only
+        drops remembered signals, never adds one), watches and wheel filled in bulk, the page
+        index sorted once per scope.
 
         Each row is ``(scope, op_id, keys, deadline_ms, registered_ms, timeout_ms, payload,
-        late, rest)``, where ``rest`` is the spec of an operation that is not plain (else
-        None). With ``overdue_late`` (a restore at a later time than the snapshot's) one whose
-        deadline has passed is flagged late too. Scope strings are expected interned by the
-        caller (one per scope). The watches and the wheel are built as a registration builds
-        them, in bulk; the page index is sorted once per scope, at the end.
+        late, rest)``: ``rest`` is the spec of an operation that is not plain (else None); the
+        caller interns the scopes and shares equal ints. With ``overdue_late`` (a restore at a
+        later time than the snapshot's) one whose deadline has passed is flagged late too.
         """
-        ops, new, now = self._ops, _new, self._progress.now_ms
-        cls = self._new_op
+        ops, new, now, cls = self._ops, _new, self._progress.now_ms, self._new_op
         # Parallel lists, not a list of pairs: a pair per operation, dropped at the end, would
         # leave holes in the memory among the long-lived objects made meanwhile.
         watch_keys: list[Hashable] = []
         watch_ops: list[DelayedOperation] = []
         scheduled: list[DelayedOperation] = []
-        watched = 0
-        counts: dict[str, int] = {}
-        sizes: dict[str, int] = {}
-        ids: dict[str, list[str]] = {}
-        last_deadline, last_timeout = self._last_deadline, self._last_timeout
-        event_time = TimeDomain.EVENT_TIME
-        scope_bytes: dict[str, int] = {}
-        one_key = OPERATION_BYTES + KEY_BYTES
-        last_registered = -1
-        for (
-            scope,
-            op_id,
-            keys,
-            row_deadline,
-            row_registered,
-            row_timeout,
-            payload,
-            late,
-            rest,
-        ) in rows:
-            # one int object for a run of equal deadlines and timeouts, as in add()
-            if row_deadline == last_deadline:
-                deadline = last_deadline
-            else:
-                deadline = last_deadline = row_deadline
-            timeout = row_timeout
-            if timeout is not None:
-                if timeout == last_timeout:
-                    timeout = last_timeout
-                else:
-                    last_timeout = timeout
-            if row_registered == last_registered:
-                registered = last_registered
-            else:
-                registered = last_registered = row_registered
+        held, watched = _Held(), 0
+        size_of = held.plain_size
+        for scope, op_id, keys, deadline, registered, timeout, payload, late, rest in rows:
             ident = (scope, op_id)
             op = new(cls)
             op._bucket = None
@@ -192,50 +155,34 @@ class Lifecycle:
             if rest is None:
                 op._deadline_ms = deadline
                 op.late = late or (overdue_late and now >= deadline)
-                # plain_operation_bytes(), inlined for the usual operation: a restore's
-                # costliest call after the wheel's
-                key = keys[0] if len(keys) == 1 else ""
-                if key and payload is None and op_id.isascii() and key.isascii():
-                    base = scope_bytes.get(scope)
-                    if base is None:
-                        base = scope_bytes[scope] = one_key + utf8_len(scope)
-                    size = base + len(op_id) + len(key)
-                else:
-                    size = plain_operation_bytes(scope, op_id, keys, payload)
+                held.add(scope, op_id, size_of(scope, op_id, keys, payload))
             else:
-                domain = rest.time_domain
-                op._deadline_ms = deadline if domain is not event_time else MAX_TIME_MS
-                op.late = late or (overdue_late and self._passed(domain, scope, deadline))
-                size = operation_bytes(rest)
-                if domain is event_time:
-                    self._keyed.register_event_time_timer(scope, op_id, _DEADLINE, deadline)
+                self._restore_rest(op, rest, late=late, overdue_late=overdue_late)
+                held.add(scope, op_id, operation_bytes(rest))
             ops[ident] = op
-            held = ids.get(scope)
-            if held is None:
-                ids[scope] = [op_id]
-                counts[scope] = 1
-                sizes[scope] = size
-            else:
-                held.append(op_id)
-                counts[scope] += 1
-                sizes[scope] += size
             if keys:
-                if len(keys) == 1:
-                    watch_keys.append((scope, keys[0]))
+                for key in keys:
+                    watch_keys.append((scope, key))
                     watch_ops.append(op)
-                else:
-                    for key in keys:
-                        watch_keys.append((scope, key))
-                        watch_ops.append(op)
+                scheduled.append(op)
                 watched += 1
+            elif rest is None or rest.time_domain is not TimeDomain.EVENT_TIME:
                 scheduled.append(op)
-            elif rest is None or rest.time_domain is not event_time:
-                scheduled.append(op)
-        self._last_deadline, self._last_timeout = last_deadline, last_timeout
         self._purgatory._restore_all(watch_keys, watch_ops, scheduled, watched_ops=watched)
-        for scope, op_ids in ids.items():
+        for scope, op_ids in held.ids.items():
             _add_ids(self._op_ids, scope, op_ids)
-            self._hold(scope, counts[scope], sizes[scope])
+            self._hold(scope, len(op_ids), held.sizes[scope])
+
+    def _restore_rest(
+        self, op: _Op, rest: OperationSpec, *, late: bool, overdue_late: bool
+    ) -> None:
+        """The part of :meth:`restore_bulk` for an operation that is not plain."""
+        domain, deadline = rest.time_domain, rest.deadline_ms
+        event_time = domain is TimeDomain.EVENT_TIME
+        op._deadline_ms = MAX_TIME_MS if event_time else deadline
+        op.late = late or (overdue_late and self._passed(domain, rest.scope, deadline))
+        if event_time:
+            self._keyed.register_event_time_timer(op.scope, op.op_id, _DEADLINE, deadline)
 
     def rearm(self, op: _Op, spec: OperationSpec) -> None:
         """Move the pending timer ``op`` to the deadline of ``spec``, its new request (the same
@@ -345,6 +292,37 @@ class Lifecycle:
         self._finished.put(ident, _Finished(spec, outcome), now_ms=now)
         self._decided.append(outcome)
         return outcome
+
+
+class _Held:
+    """What :meth:`Lifecycle.restore_bulk` tells the page index and the tally at its end: each
+    scope's op_ids and estimated bytes."""
+
+    __slots__ = ("_base", "ids", "sizes")
+
+    def __init__(self) -> None:
+        self.ids: dict[str, list[str]] = {}
+        self.sizes: dict[str, int] = {}
+        self._base: dict[str, int] = {}  # a scope's fixed part of a one-key operation's bytes
+
+    def add(self, scope: str, op_id: str, size: int) -> None:
+        ids = self.ids.get(scope)
+        if ids is None:
+            self.ids[scope] = [op_id]
+            self.sizes[scope] = size
+        else:
+            ids.append(op_id)
+            self.sizes[scope] += size
+
+    def plain_size(self, scope: str, op_id: str, keys: tuple[str, ...], payload: str | None) -> int:
+        """:func:`plain_operation_bytes`, at less cost for the usual operation (one ASCII key,
+        no payload): a restore's costliest call after the wheel's."""
+        if len(keys) != 1 or payload is not None or not (op_id.isascii() and keys[0].isascii()):
+            return plain_operation_bytes(scope, op_id, keys, payload)
+        base = self._base.get(scope)
+        if base is None:
+            base = self._base[scope] = OPERATION_BYTES + KEY_BYTES + utf8_len(scope)
+        return base + len(op_id) + len(keys[0])
 
 
 def _before(fact: SignalFact, deadline_ms: int, processing_time: bool) -> bool:
