@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import resource
@@ -56,6 +57,7 @@ from purgatory.devtools.child import own_names
 from purgatory.devtools.kafka_broker import KafkaBroker, default_libs
 from tests.benchmarks._measure import machine_info, quiet_kafka_warnings
 from tests.benchmarks.bench_restart import metric_samples
+from tests.benchmarks.bench_service import process_cpu_s
 from tests.nemesis._clock import wall_ms
 from tests.nemesis.history import Callback, Request, write_callbacks
 from tests.nemesis.report import log_events
@@ -143,6 +145,7 @@ class _Run:
         self.producer: Any = None
         self.doc: dict[str, Any] = {}
         self.loads: list[float] = [os.getloadavg()[0]]
+        self.cpu: dict[tuple[str, int], list[float]] = {}
         self.steps: list[Step] = []
         self.live: deque[Target] = deque()
         self.registrations: list[Request] = []
@@ -252,9 +255,37 @@ class _Run:
         self.live.append(write.target)
 
     async def _sample_load(self) -> None:
-        while True:
-            await trio.sleep(_LOADAVG_EVERY_S)
-            self.loads.append(os.getloadavg()[0])
+        """The load average every 5 s, and every process's CPU seconds every second."""
+        for n in itertools.count(1):
+            self._sample_cpu()
+            await trio.sleep(1.0)
+            if n % round(_LOADAVG_EVERY_S) == 0:
+                self.loads.append(os.getloadavg()[0])
+
+    def _sample_cpu(self) -> None:
+        """The CPU seconds of the broker, each ``serve``, each snapshotter and this process,
+        so far: the first and the last reading of each process during the load."""
+        pids = [("broker", self.broker.pid), ("harness", os.getpid())]
+        for replica in self.replicas:
+            pids.append(("serve", replica.pid))
+            pids += [("snapshotter", child) for child in replica.children()]
+        for component, pid in pids:
+            if pid is None:
+                continue
+            try:
+                cpu_s = process_cpu_s(pid)
+            except OSError:  # it exited meanwhile
+                continue
+            first_last = self.cpu.setdefault((component, pid), [cpu_s, cpu_s])
+            first_last[1] = cpu_s
+
+    def cpu_shares(self, seconds: float) -> dict[str, float]:
+        """Each component's share of the machine's CPU during the load (1.0: every CPU)."""
+        used: dict[str, float] = {}
+        for (component, _), (first, last) in self.cpu.items():
+            used[component] = used.get(component, 0.0) + last - first
+        cpus = os.cpu_count() or 1
+        return {k: round(v / (seconds * cpus), 3) for k, v in sorted(used.items())}
 
     async def roll(self, router: Router) -> None:
         """Each replica in turn: out of the routing, SIGTERM, gone, started, ready.
@@ -477,6 +508,7 @@ class _Run:
             "log": _log_summary(events),
             "harness_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
             "harness_nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "cpu_share_during_load": self.cpu_shares(self.load_ended - self.load_began),
             "work": str(c.work),
         }
 

@@ -10,8 +10,9 @@ Kafka signals, all recorded (trio, real time).
   tried again after its ``Retry-After``, a connection error, another 5xx or no ready replica
   after a short back-off, each time to a ready replica, with the same ``op_id`` (marked
   ``Purgatory-Retry: 1`` once a 503 said ``Purgatory-Applied: maybe``), until a 2xx or a 4xx,
-  for at most 30 s from its first send (an attempt is cut off there). At most 48 requests are
-  in flight to a replica; the others wait their turn. Every attempt is recorded
+  for about 30 s from its first send (each attempt ends by httpx's own timeouts, never by a
+  cancellation: see :meth:`Writer._attempt`). At most 48 requests are in flight to a replica;
+  the others wait their turn. Every attempt is recorded
   (:class:`Write`).
 - :class:`Signaller` produces signals to the signals topic at a steady rate, each completing
   one operation registered before: alternately one of the preloaded ones and the oldest
@@ -60,6 +61,7 @@ _PROBE_TIMEOUT_S = 3.0  # the chart's readiness probe's timeoutSeconds
 WRITE_BOUND_S = 30.0
 IN_FLIGHT = 48  # requests in flight to one replica (below the client's pool of 64)
 _ATTEMPT_TIMEOUT_S = 10.0
+_CONNECT_TIMEOUT_S = 3.0
 _BACKOFF_S = 0.1
 _SIGNAL_TICK_S = 0.05
 _PRELOAD_BOUND_S = 120.0
@@ -271,6 +273,11 @@ class Writer:
         if result_of(write.status) == "ok":
             self._on_ok(write)
 
+    @staticmethod
+    def _left_s(began: float) -> float:
+        """An attempt's bound: what is left of the write's 30 s, at most 10 s, at least 0.5."""
+        return max(0.5, min(_ATTEMPT_TIMEOUT_S, WRITE_BOUND_S - (trio.current_time() - began)))
+
     async def _attempt(
         self, write: Write, body: dict[str, Any], began: float
     ) -> tuple[int | None, float]:
@@ -280,20 +287,28 @@ class Writer:
             write.attempts.append(Attempt(at_ms, None, None, "no ready replica"))
             return None, PROBE_EVERY_S
         headers = {RETRY_HEADER: "1"} if write.applied_maybe else {}
-        left_s = max(0.5, min(_ATTEMPT_TIMEOUT_S, WRITE_BOUND_S - (trio.current_time() - began)))
-        response: httpx.Response | None = None
+        slots = self._slots[index]
+        acquired = False
+        with trio.move_on_after(self._left_s(began)):
+            await slots.acquire()
+            acquired = True
+        if not acquired:
+            write.attempts.append(Attempt(at_ms, index, None, "no free slot to the replica"))
+            return None, _BACKOFF_S
+        # Never cancelled from outside: httpcore 1.0.9 leaks a pool slot for good when a
+        # request is cancelled at the wrong moment (encode/httpcore#1093). Its own timeouts
+        # bound the attempt instead.
+        left_s = self._left_s(began)
+        timeout = httpx.Timeout(left_s, connect=min(_CONNECT_TIMEOUT_S, left_s))
         try:
-            with trio.move_on_after(left_s):
-                async with self._slots[index]:
-                    response = await self._clients[index].post(
-                        "/v1/operations", json=body, headers=headers, timeout=left_s
-                    )
+            response = await self._clients[index].post(
+                "/v1/operations", json=body, headers=headers, timeout=timeout
+            )
         except httpx.HTTPError as exc:
             write.attempts.append(Attempt(at_ms, index, None, f"{type(exc).__name__}: {exc}"[:160]))
             return None, _BACKOFF_S
-        if response is None:
-            write.attempts.append(Attempt(at_ms, index, None, f"no answer within {left_s:.1f} s"))
-            return None, _BACKOFF_S
+        finally:
+            slots.release()
         status = response.status_code
         maybe = response.headers.get(APPLIED_HEADER, "").lower() == "maybe"
         write.applied_maybe = write.applied_maybe or maybe

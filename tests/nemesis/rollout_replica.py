@@ -98,6 +98,16 @@ class RolloutReplica:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """``serve``'s process id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    def children(self) -> list[int]:
+        """``serve``'s children while it runs: its snapshotter."""
+        pid = self.pid
+        return [] if pid is None else child_pids(pid)
+
     def log_path(self, incarnation: int | None = None) -> Path:
         n = self.incarnation if incarnation is None else incarnation
         return self.logs / f"serve-{n}.log"

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 WITHIN_MS = 2_000
+_CUT = ("RemoteProtocolError", "ReadError")  # httpx: the server closed the connection
 Op = tuple[str, str]
 
 
@@ -95,13 +96,17 @@ def write_figures(writes: Sequence[Write]) -> dict[str, Any]:
 
 
 def dropped_at_stop(writes: Iterable[Write], replica: int, sigterm_ms: int) -> int:
-    """Attempts sent to ``replica`` before its SIGTERM that got no answer at all (the
-    connection closed or reset under them)."""
+    """Attempts sent to ``replica`` before its SIGTERM that got no answer: the connection
+    was closed or reset under them (not those still waiting for a connection, which then
+    found the port closed)."""
     dropped = 0
     for w in writes:
         ends = [a.at_ms for a in w.attempts[1:]] + [w.final_ms]
         dropped += sum(
-            a.replica == replica and a.status is None and a.at_ms < sigterm_ms < end
+            a.replica == replica
+            and a.status is None
+            and a.note.startswith(_CUT)
+            and a.at_ms < sigterm_ms < end
             for a, end in zip(w.attempts, ends, strict=True)
         )
     return dropped
@@ -271,6 +276,10 @@ def table(doc: dict[str, Any]) -> str:
         (
             "attempts with no answer / no ready replica",
             f"{w['no_answer']:,} / {w['no_ready_replica']:,}",
+        ),
+        (
+            "CPU share during the load (of all CPUs)",
+            ", ".join(f"{k} {v * 100:.0f} %" for k, v in doc["cpu_share_during_load"].items()),
         ),
         (
             "seconds with no ready replica / fewer than all",

@@ -18,10 +18,14 @@ from tests.nemesis.rollout_verdict import (
 from tests.nemesis.test_checker import DEADLINE, T, cb
 
 
-def write(n: int, *attempts: tuple[int, int | None, int | None], took_ms: int) -> Write:
-    """Write ``n`` to scope ``s``: its attempts as (ms after T, replica, status)."""
+def write(
+    n: int, *attempts: tuple[int, int | None, int | None], took_ms: int, note: str = ""
+) -> Write:
+    """Write ``n`` to scope ``s``: its attempts as (ms after T, replica, status), each with
+    ``note`` when it had no answer."""
     w = Write(n, Target("s", f"w{n}", f"k{n}"), DEADLINE, first_ms=T + attempts[0][0])
-    w.attempts = [Attempt(T + at, replica, status) for at, replica, status in attempts]
+    w.attempts = [Attempt(T + at, replica, status, "" if status else note)
+                  for at, replica, status in attempts]  # fmt: skip
     w.status, w.latency_ms, w.final_ms = attempts[-1][2], took_ms, w.first_ms + took_ms
     return w
 
@@ -48,11 +52,14 @@ def test_write_figures_count_fast_writes_503s_and_what_attempts_met() -> None:
 
 
 def test_an_attempt_in_flight_at_the_sigterm_with_no_answer_is_dropped() -> None:
+    cut = "RemoteProtocolError: Server disconnected without sending a response."
+    refused = "ConnectError: all attempts to connect to 127.0.0.1:8080 failed"
     writes = [
-        write(0, (0, 0, None), (600, 1, 201), took_ms=700),  # sent before, cut: dropped
+        write(0, (0, 0, None), (600, 1, 201), took_ms=700, note=cut),  # in flight: dropped
         write(1, (0, 0, 201), took_ms=50),  # answered before the SIGTERM
-        write(2, (600, 0, None), (700, 1, 201), took_ms=200),  # sent after: not in flight
-        write(3, (0, 1, None), (600, 1, 201), took_ms=700),  # another replica's
+        write(2, (600, 0, None), (700, 1, 201), took_ms=200, note=cut),  # sent after
+        write(3, (0, 1, None), (600, 1, 201), took_ms=700, note=cut),  # another replica's
+        write(4, (0, 0, None), (600, 1, 201), took_ms=700, note=refused),  # never connected
     ]
     assert dropped_at_stop(writes, 0, T + 500) == 1
 
