@@ -167,7 +167,7 @@ nemesis: $(STAMP) $(KAFKA_STAMP)
 ## Kafka, three replicas in one consumer group, 300,000 pending operations, then HTTP
 ## registrations (150/s, to ready replicas, retried) and Kafka signals (100/s) while each replica
 ## in turn is SIGTERMed, started again and waited ready; checks nothing lost or conflicting and
-## the share of writes answered 2xx within 2 s (about six minutes). PENDING=N, OUT=DIR (default
+## the share of writes answered 2xx within 2 s (about two minutes). PENDING=N, OUT=DIR (default
 ## docs) for DIR/rollout.json; the logs go to a new dir in /tmp. Kafka's jars: the kafka target.
 .PHONY: rollout
 rollout: $(STAMP) $(KAFKA_STAMP)
