@@ -100,12 +100,17 @@ def utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def _spec_texts(spec: OperationSpec) -> int:
-    total = utf8_len(spec.scope) + utf8_len(spec.op_id)
-    for key in spec.keys:
+def _texts(scope: str, op_id: str, keys: tuple[str, ...], payload: str | None) -> int:
+    total = utf8_len(scope) + utf8_len(op_id)
+    for key in keys:
         total += utf8_len(key)
-    if spec.payload is not None:
-        total += TEXT_BYTES + utf8_len(spec.payload)
+    if payload is not None:
+        total += TEXT_BYTES + utf8_len(payload)
+    return total
+
+
+def _spec_texts(spec: OperationSpec) -> int:
+    total = _texts(spec.scope, spec.op_id, spec.keys, spec.payload)
     if spec.reply_to is not None:
         total += TEXT_BYTES + utf8_len(spec.reply_to)
     return total
@@ -121,12 +126,7 @@ def plain_operation_bytes(
     scope: str, op_id: str, keys: tuple[str, ...], payload: str | None
 ) -> int:
     """:func:`operation_bytes` of a processing-time operation without ``reply_to``."""
-    total = OPERATION_BYTES + KEY_BYTES * len(keys) + utf8_len(scope) + utf8_len(op_id)
-    for key in keys:
-        total += utf8_len(key)
-    if payload is not None:
-        total += TEXT_BYTES + utf8_len(payload)
-    return total
+    return OPERATION_BYTES + KEY_BYTES * len(keys) + _texts(scope, op_id, keys, payload)
 
 
 def finished_bytes(spec: OperationSpec) -> int:

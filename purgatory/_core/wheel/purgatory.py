@@ -124,13 +124,7 @@ class DelayedOperationPurgatory:
         for key in unique:
             if op._state != _PENDING:
                 return False
-            held = watchers.get(key)
-            if held is None:
-                watchers[key] = op
-            elif isinstance(held, list):
-                held.append(op)
-            else:
-                watchers[key] = [held, op]
+            _add_watcher(watchers, key, op)
             self._watched += 1
         self._estimated_ops += 1
         if op.try_complete():
@@ -156,13 +150,7 @@ class DelayedOperationPurgatory:
         the timer, in order; ``watched_ops`` how many operations ``ops`` holds."""
         watchers = self._watchers
         for key, op in zip(keys, ops, strict=True):
-            held = watchers.get(key)
-            if held is None:
-                watchers[key] = op
-            elif isinstance(held, list):
-                held.append(op)
-            else:
-                watchers[key] = [held, op]
+            _add_watcher(watchers, key, op)
         self._watched += len(keys)
         self._estimated_ops += watched_ops
         self.timer._add_all(scheduled)
@@ -176,7 +164,7 @@ class DelayedOperationPurgatory:
         held = self._watchers.pop(key, None)
         if held is None:
             return 0
-        lst = held if isinstance(held, list) else [held]
+        lst = _as_list(held)
         completed = 0
         survivors: list[DelayedOperation] = []
         for op in lst:
@@ -215,7 +203,7 @@ class DelayedOperationPurgatory:
         held = self._watchers.pop(key, None)
         if held is None:
             return []
-        lst = held if isinstance(held, list) else [held]
+        lst = _as_list(held)
         self._watched -= len(lst)
         cancelled = [op for op in lst if op.cancel_operation()]
         self._cancelled += len(cancelled)
@@ -234,7 +222,7 @@ class DelayedOperationPurgatory:
         held = self._watchers.get(key)
         if held is None:
             return []
-        return list(held) if isinstance(held, list) else [held]
+        return list(_as_list(held))
 
     def watch_keys(self) -> list[Hashable]:
         """The keys that currently have a watch list."""
@@ -305,6 +293,23 @@ class DelayedOperationPurgatory:
             purged=self._purged,
             purges=self._purges,
         )
+
+
+def _add_watcher(watchers: dict[Hashable, _Watchers], key: Hashable, op: DelayedOperation) -> None:
+    """Watch ``key`` with ``op``: the operation itself for a first watcher, a list from the
+    second on."""
+    held = watchers.get(key)
+    if held is None:
+        watchers[key] = op
+    elif isinstance(held, list):
+        held.append(op)
+    else:
+        watchers[key] = [held, op]
+
+
+def _as_list(held: _Watchers) -> list[DelayedOperation]:
+    """A key's watchers as a list (the held list itself when there are several)."""
+    return held if isinstance(held, list) else [held]
 
 
 def _unique_keys(keys: Iterable[Hashable]) -> list[Hashable]:
