@@ -244,12 +244,12 @@ def _column(text: str) -> array[int]:
 
 
 def _pending_rows(columns: dict[str, Any]) -> Iterator[RestoredRow]:
-    """The rows of :meth:`Lifecycle.restore_bulk` from a version 2 ``pending`` document."""
-    if columns["rest"]:
-        return _rows_one_by_one(columns)
-    # Only plain operations (nearly always): each column is turned into its values by C loops
-    # (slices of the texts, the arrays' ints) and zipped; what a row alone needs (a tuple of
-    # one key, a None for no timeout) is made as the rebuild takes the row.
+    """The rows of :meth:`Lifecycle.restore_bulk` from a version 2 ``pending`` document.
+
+    Each column is turned into its values by C loops (slices of the texts, the arrays' ints)
+    and zipped; what a row alone needs (a tuple of one key, a None for no timeout) is made as
+    the rebuild takes the row, and the few operations that are not plain get their spec at
+    their position (:func:`_with_rest`)."""
     column = columns.__getitem__
     op_ids = _slices(column("op_ids"), _column(column("op_id_lens")))
     keys = _slices(column("keys"), _column(column("key_lens")))
@@ -271,7 +271,7 @@ def _pending_rows(columns: dict[str, Any]) -> Iterator[RestoredRow]:
         payloads = _optional_slices(column("payloads"), payload_lens)
     late_at = set(column("late_at"))
     scopes = [intern(scope) for scope in column("scopes")]
-    return zip(
+    rows: Iterator[RestoredRow] = zip(
         map(scopes.__getitem__, _column(column("scope"))),
         op_ids,
         grouped,
@@ -283,6 +283,23 @@ def _pending_rows(columns: dict[str, Any]) -> Iterator[RestoredRow]:
         repeat(None, size),
         strict=True,
     )
+    rest_at = {row[0]: row for row in column("rest")}
+    return _with_rest(rows, rest_at) if rest_at else rows
+
+
+def _with_rest(rows: Iterator[RestoredRow], rest_at: dict[int, list[Any]]) -> Iterator[RestoredRow]:
+    """``rows``, each operation that is not plain given its spec from its ``rest`` entry."""
+    for at, row in enumerate(rows):
+        found = rest_at.get(at)
+        if found is None:
+            yield row
+            continue
+        scope, op_id, keys, deadline, registered, timeout, payload, late, _ = row
+        _, condition, count, domain, reply_to = found
+        spec = _trusted_spec([
+            op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout
+        ])  # fmt: skip
+        yield (scope, op_id, keys, deadline, registered, timeout, payload, late, spec)
 
 
 def _runs(values: Iterable[int | None]) -> Iterator[Any]:
@@ -320,54 +337,6 @@ def _optional_slices(text: str, lengths: array[int]) -> Iterator[str | None]:
         else:
             yield text[at : at + length]
             at += length
-
-
-def _rows_one_by_one(columns: dict[str, Any]) -> Iterator[RestoredRow]:
-    """:func:`_pending_rows` where some operations are not plain: a row at a time."""
-    scopes = [intern(scope) for scope in columns["scopes"]]
-    op_text, key_text, payload_text = columns["op_ids"], columns["keys"], columns["payloads"]
-    key_lens = iter(_column(columns["key_lens"]))
-    late_at = set(columns["late_at"])
-    rest_at = {row[0]: row for row in columns["rest"]}
-    op_at = key_at = payload_at = 0
-    column = columns.__getitem__
-    for at, (scope_index, op_len, key_count, deadline, registered, row_timeout, payload_len) in (
-        enumerate(zip(
-            _column(column("scope")), _column(column("op_id_lens")),
-            _column(column("key_counts")), _runs(_column(column("deadlines"))),
-            _runs(_column(column("registered"))), _runs(_column(column("timeouts"))),
-            _column(column("payload_lens")), strict=True,
-        ))
-    ):  # fmt: skip
-        timeout = None if row_timeout < 0 else row_timeout
-        scope = scopes[scope_index]
-        end = op_at + op_len
-        op_id = op_text[op_at:end]
-        op_at = end
-        if key_count == 1:
-            end = key_at + next(key_lens)
-            keys: tuple[str, ...] = (key_text[key_at:end],)
-            key_at = end
-        else:
-            held = []
-            for _ in range(key_count):
-                end = key_at + next(key_lens)
-                held.append(key_text[key_at:end])
-                key_at = end
-            keys = tuple(held)
-        if payload_len < 0:
-            payload = None
-        else:
-            end = payload_at + payload_len
-            payload = payload_text[payload_at:end]
-            payload_at = end
-        spec = None
-        if rest_at and at in rest_at:
-            _, condition, count, domain, reply_to = rest_at[at]
-            spec = _trusted_spec([
-                op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout
-            ])  # fmt: skip
-        yield (scope, op_id, keys, deadline, registered, timeout, payload, at in late_at, spec)
 
 
 def _v1_rows(rows: list[list[Any]]) -> Iterator[RestoredRow]:
