@@ -51,10 +51,14 @@ from purgatory._core._compact import dumps
 from purgatory._core._errors import BadRecordError
 from purgatory._core.durability.entries import JournalEntry
 from purgatory._core.engine.engine import Engine
-from purgatory._core.engine.engine_types import EngineConfig, _Finished, _is_plain
+from purgatory._core.engine.engine_types import (
+    EngineConfig,
+    _checked_spec,
+    _Finished,
+    _is_plain,
+)
 from purgatory._core.engine.lifecycle import RestoredRow
 from purgatory._core.engine.model import Condition, OperationSpec, Outcome, OutcomeKind, SignalFact
-from purgatory._core.engine.validate import slot_setters
 from purgatory._core.flink.keyed_timers import TimeDomain
 
 __all__ = ["SNAPSHOT_VERSION", "restore_engine", "snapshot_engine"]
@@ -383,12 +387,6 @@ def _spec(row: list[Any]) -> OperationSpec:
 
 _CONDITIONS = {c.value: c for c in Condition}
 _DOMAINS = {d.value: d for d in TimeDomain}
-_SPEC_FIELDS = (
-    "op_id", "scope", "keys", "deadline_ms", "condition", "count", "time_domain", "payload",
-    "reply_to", "timeout_ms",
-)  # fmt: skip
-_SPEC_SETTERS = slot_setters(OperationSpec, *_SPEC_FIELDS)
-_new = object.__new__
 
 
 def _trusted_spec(row: list[Any]) -> OperationSpec:
@@ -399,20 +397,10 @@ def _trusted_spec(row: list[Any]) -> OperationSpec:
     would only cost time. A row of the wrong shape still fails (unpacking, enum lookups).
     """
     op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout = row[:10]
-    spec: OperationSpec = _new(OperationSpec)
-    (s_op_id, s_scope, s_keys, s_deadline, s_condition, s_count, s_domain, s_payload, s_reply_to,
-     s_timeout) = _SPEC_SETTERS  # fmt: skip
-    s_op_id(spec, op_id)
-    s_scope(spec, scope)
-    s_keys(spec, tuple(keys))
-    s_deadline(spec, deadline)
-    s_condition(spec, _CONDITIONS[condition])
-    s_count(spec, count)
-    s_domain(spec, _DOMAINS[domain])
-    s_payload(spec, payload)
-    s_reply_to(spec, reply_to)
-    s_timeout(spec, timeout)
-    return spec
+    return _checked_spec((
+        op_id, scope, tuple(keys), deadline, _CONDITIONS[condition], count, _DOMAINS[domain],
+        payload, reply_to, timeout,
+    ))  # fmt: skip
 
 
 def _outcome_row(o: Outcome) -> list[Any]:

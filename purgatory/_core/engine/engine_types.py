@@ -17,8 +17,9 @@ one imports only the model and the checks, so the others all import it and it im
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from purgatory._core._errors import ConflictError, UsageError
 from purgatory._core.engine.model import (
@@ -156,25 +157,23 @@ _SPEC_SETTERS = slot_setters(
 _new = object.__new__
 
 
-def _plain_spec(
-    ident: tuple[str, str], keys: tuple[str, ...], deadline_ms: int, *, payload: str | None,
-    timeout_ms: int | None,
-) -> OperationSpec:  # fmt: skip
-    """The spec of a plain operation (see :func:`_is_plain`), from values already checked."""
-    scope, op_id = ident
+def _checked_spec(fields: Sequence[Any]) -> OperationSpec:
+    """A spec from its ten fields, in the dataclass's order and already as its constructor
+    would leave them (a restore, a rebuild of what was registered): no checks run."""
+    op_id, scope, keys, deadline, condition, count, domain, payload, reply_to, timeout = fields
     spec: OperationSpec = _new(OperationSpec)
     (s_op_id, s_scope, s_keys, s_deadline, s_condition, s_count, s_domain, s_payload, s_reply_to,
      s_timeout) = _SPEC_SETTERS  # fmt: skip
     s_op_id(spec, op_id)
     s_scope(spec, scope)
     s_keys(spec, keys)
-    s_deadline(spec, deadline_ms)
-    s_condition(spec, Condition.ALL)
-    s_count(spec, None)
-    s_domain(spec, TimeDomain.PROCESSING_TIME)
+    s_deadline(spec, deadline)
+    s_condition(spec, condition)
+    s_count(spec, count)
+    s_domain(spec, domain)
     s_payload(spec, payload)
-    s_reply_to(spec, None)
-    s_timeout(spec, timeout_ms)
+    s_reply_to(spec, reply_to)
+    s_timeout(spec, timeout)
     return spec
 
 
@@ -258,13 +257,11 @@ class _Op(DelayedOperation):
         rest = self.rest
         if rest is not None:
             return rest
-        return _plain_spec(
-            self.ident,
-            self.keys,
-            self._deadline_ms,
-            payload=self.payload,
-            timeout_ms=self.timeout_ms,
-        )
+        scope, op_id = self.ident
+        return _checked_spec((
+            op_id, scope, self.keys, self._deadline_ms, Condition.ALL, None,
+            TimeDomain.PROCESSING_TIME, self.payload, None, self.timeout_ms,
+        ))  # fmt: skip
 
     def try_complete(self) -> bool:
         # Past its deadline only the signals that came before it count: a signal at or after
