@@ -11,6 +11,7 @@ import pytest
 from purgatory._core import TransportError
 from purgatory.devtools.broker import EmbeddedBroker
 from tests.conftest import _come_back, _state
+from tests.freeze import freeze
 
 
 def _serves(broker: EmbeddedBroker) -> None:
@@ -38,11 +39,7 @@ def test_a_frozen_broker_is_continued_not_restarted() -> None:
         _come_back(broker)
         assert broker.pid == pid and _state(pid) != "T"
         _serves(broker)
-        os.killpg(pid, signal.SIGSTOP)
-        for _ in range(100_000):  # bounded: the kernel stops it at once
-            if _state(pid) == "T":
-                break
-        assert _state(pid) == "T"  # frozen long since
+        freeze(pid, group=True)  # frozen long since
         _come_back(broker)
         assert broker.pid == pid and _state(pid) != "T"
         _serves(broker)

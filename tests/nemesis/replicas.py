@@ -23,6 +23,7 @@ from typing import IO
 import httpx
 
 from purgatory.service.supervisors.supervisor import with_pdeathsig
+from tests.freeze import freeze
 from tests.nemesis._clock import Deadline, pause, wall_ms
 from tests.nemesis.history import Exit, HistoryWriter
 from tests.nemesis.lab import ADDRESSES, REPLICAS, Net
@@ -119,7 +120,10 @@ class Replica:
         """Send ``signum`` to the replica's process group (it and its snapshotter)."""
         if self._proc is not None and self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signum)
+                if signum == signal.SIGSTOP:
+                    freeze(self._proc.pid, group=True)  # frozen when this returns
+                else:
+                    os.killpg(self._proc.pid, signum)
         self.paused = signum == signal.SIGSTOP or (self.paused and signum != signal.SIGCONT)
 
     def kill(self) -> None:

@@ -33,6 +33,7 @@ from purgatory.client import operation
 from purgatory.devtools.kafka_broker import KafkaBroker
 from purgatory.service.ownership.partitioning import partition_for
 from tests.bounds import bound
+from tests.freeze import freeze
 from tests.service.end_to_end.test_e2e import PARTITIONS, _settings
 from tests.service.end_to_end.test_sigkill import READY_BOUND_S, CallbackReader, Child, _pause
 
@@ -132,7 +133,7 @@ def test_a_broker_out_of_reach_for_30_s_gets_503s_then_everything_through(
             for body in before:
                 assert client.register(**body)["status"] == "pending"
 
-        os.kill(pid, signal.SIGSTOP)  # the broker answers nothing from now on
+        freeze(pid)  # the broker answers nothing from now on
         stopped = True
         stopped_at = time.perf_counter()
 

@@ -31,6 +31,7 @@ from kafka import KafkaProducer
 from purgatory._codec import RegisterRequest, SignalRecord, encode_request, encode_signal
 from purgatory.devtools.broker import Broker, free_port
 from purgatory.service.ownership.partitioning import partition_for
+from tests.freeze import freeze
 from tests.service.end_to_end.test_e2e import PARTITIONS, _settings
 from tests.service.end_to_end.test_sigkill import (
     Callback,
@@ -192,7 +193,7 @@ def test_a_frozen_owner_is_fenced_when_it_wakes_and_nothing_is_decided_twice(
         _pause(2)  # the group settles: A and B hold a partition each
 
         assert a.proc is not None
-        a.proc.send_signal(signal.SIGSTOP)
+        freeze(a.proc.pid)
         for i in range(0, BARRIERS, 2):  # half the barriers complete while A is frozen
             scope = scopes[i % len(scopes)]
             send(shared.topic_signals, scope, encode_signal(SignalRecord(scope, f"b{i}")))

@@ -30,6 +30,7 @@ from purgatory.devtools.kafka_broker import KafkaBroker
 from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.sink import _renew_producer_id_after_reset, open_kafka_sink
 from purgatory.service.kafka.transport import OutRecord
+from tests.freeze import freeze
 
 DELIVERY_MS = 5_000
 LINGER_MS = 2_500  # leaves DELIVERY_MS - LINGER_MS to a request: it times out before expiry
@@ -58,7 +59,7 @@ async def test_the_sink_sends_again_after_a_sent_batch_expired_in_an_outage(
             await sink.send(topic, b"k", b"before")
             await sink.flush()
 
-            os.kill(pid, signal.SIGSTOP)
+            freeze(pid)
             stopped = True
             began = time.perf_counter()
             during = await sink.send_batch([OutRecord(topic, b"k", b"during")])
