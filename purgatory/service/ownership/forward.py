@@ -11,9 +11,10 @@ request again, so two replicas that disagree on ownership (in the middle of a ro
 **Answers within a bound.** Connecting and the whole request, the answer's body included, take
 at most ``wait_ms``: the journal wait (``PURGATORY_JOURNAL_WAIT_MS``), the longest a write
 answered here waits for its own journal, so a client gets its answer within the same bound
-wherever its scope lives (a long poll adds its own wait). httpx's timeouts would not do: they
+wherever its scope lives (a long poll adds its own wait). Per-step timeouts would not do: they
 bound each connect, read and write, not the request, and an owner whose link drops packets
-after the connection was made holds a request until the client has long given up. An owner
+after the connection was made holds a request until the client has long given up. So the bound
+cancels the request, and the connections (:mod:`.peer_http`) are built to be cancelled. An owner
 that does not answer in time, or cannot be connected to, raises
 :class:`~purgatory.service.errors.OwnerUnansweredError`, an ``UnavailableError`` the API's one
 error mapping answers: 503, ``Retry-After``, and, for a write whose request had begun to
@@ -25,14 +26,15 @@ connection), was not applied.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import trio
 
 from purgatory._core import UsageError
 from purgatory.service.errors import OwnerUnansweredError
+from purgatory.service.ownership.peer_http import PeerError, Peers
 from purgatory.service.telemetry.logging import get_logger
 
 __all__ = ["FORWARDED_BY", "Forwarded", "Forwarder", "new_forwarder"]
@@ -55,14 +57,14 @@ class Forwarded:
 
     def json(self) -> Any:
         """The body as JSON."""
-        return httpx.Response(self.status, content=self.body).json()
+        return json.loads(self.body)
 
 
 class Forwarder:
     """Sends requests on to other replicas.
 
     Args:
-        client: the HTTP client (one connection pool for every peer).
+        peers: the connections to the other replicas (:mod:`.peer_http`).
         me: this replica's name in ``X-Purgatory-Forwarded-By`` (its ordinal).
         wait_ms: how long connecting to an owner and its whole answer may take
             (``PURGATORY_JOURNAL_WAIT_MS``); a long poll adds its own wait.
@@ -71,10 +73,10 @@ class Forwarder:
         UsageError: ``wait_ms`` is not positive.
     """
 
-    def __init__(self, client: httpx.AsyncClient, *, me: str, wait_ms: int = 5_000) -> None:
+    def __init__(self, peers: Peers, *, me: str, wait_ms: int = 5_000) -> None:
         if wait_ms <= 0:
             raise UsageError(f"wait_ms must be > 0, got {wait_ms}")
-        self._client = client
+        self._peers = peers
         self._me = me
         self._wait_ms = wait_ms
 
@@ -107,34 +109,28 @@ class Forwarder:
             OwnerUnansweredError: the owner did not answer within ``wait_ms`` plus
                 ``extra_s``, or could not be reached (see the module docstring).
         """
-        passed = {k: v for k, v in headers.items() if k.lower() in _PASSED_HEADERS}
-        passed[FORWARDED_BY] = self._me
-        url = f"{base_url}{path}" + (f"?{query}" if query else "")
+        passed = [(k, v) for k, v in headers.items() if k.lower() in _PASSED_HEADERS]
+        passed.append((FORWARDED_BY, self._me))
+        target = path + (f"?{query}" if query else "")
         within_s = self._wait_ms / 1000 + extra_s
         sent = False
 
-        async def trace(event: str, info: Mapping[str, Any]) -> None:
-            nonlocal sent  # the request began to leave: the owner may apply it from now on
-            sent = sent or event.endswith(".send_request_headers.started")
+        def began_to_leave() -> None:
+            nonlocal sent  # the owner may apply it from now on
+            sent = True
 
         why = f"no answer within {round(within_s * 1000)} ms"
         with trio.move_on_after(within_s):
             try:
-                response = await self._client.request(
-                    method,
-                    url,
-                    content=body,
-                    headers=passed,
-                    timeout=within_s,  # the pool's and each step's; the scope bounds the sum
-                    extensions={"trace": trace},
+                answer = await self._peers.request(
+                    base_url, method, target, headers=passed, body=body, on_sent=began_to_leave
                 )
-            except httpx.TimeoutException:
-                pass
-            except httpx.HTTPError as exc:
-                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            except PeerError as exc:
+                why = str(exc)
             else:
-                kept = {k: v for k, v in response.headers.items() if k.lower() in _ANSWER_HEADERS}
-                return Forwarded(response.status_code, response.content, kept)
+                kept = {k: v for k, v in answer.headers if k in _ANSWER_HEADERS}
+                return Forwarded(answer.status, answer.body, kept)
+        url = f"{base_url}{target}"
         maybe_applied = sent and method.upper() not in _READS
         _log.warning(
             "forward_failed", url=url, method=method, error=why, maybe_applied=maybe_applied
@@ -142,8 +138,8 @@ class Forwarder:
         raise OwnerUnansweredError(why, maybe_applied=maybe_applied)
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Close the idle connections."""
+        await self._peers.aclose()
 
 
 def new_forwarder(*, me: str, wait_ms: int = 5_000) -> Forwarder:
@@ -153,5 +149,4 @@ def new_forwarder(*, me: str, wait_ms: int = 5_000) -> Forwarder:
         me: this replica's name in ``X-Purgatory-Forwarded-By``.
         wait_ms: how long an owner may take (``PURGATORY_JOURNAL_WAIT_MS``).
     """
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-    return Forwarder(httpx.AsyncClient(limits=limits), me=me, wait_ms=wait_ms)
+    return Forwarder(Peers(), me=me, wait_ms=wait_ms)

@@ -26,6 +26,7 @@ from purgatory.service.ingress.http.app import build_app
 from purgatory.service.ownership.forward import FORWARDED_BY, Forwarded, Forwarder
 from purgatory.service.ownership.owners import StaticOwners
 from purgatory.service.ownership.partitioning import partition_for
+from purgatory.service.ownership.peer_http import Peers
 from purgatory.service.settings import Settings
 from reaper import Clock
 from tests.service.fake_kafka import FakeBroker, FakeTransport
@@ -232,10 +233,12 @@ def _silent_owner(*, accepts: bool) -> Iterator[str]:
 
 @asynccontextmanager
 async def _forwarding_to(owner_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, Service]]:
-    async with httpx.AsyncClient() as client:
-        forwarder = Forwarder(client, me="0", wait_ms=WAIT_MS)
+    forwarder = Forwarder(Peers(), me="0", wait_ms=WAIT_MS)
+    try:
         async with replica_0(forwarder, (PEERS[0], owner_url)) as (http, service):
             yield http, service
+    finally:
+        await forwarder.aclose()
 
 
 async def _timed(request: Any) -> tuple[httpx.Response, float]:
@@ -328,9 +331,8 @@ async def test_a_registration_batch_whose_owner_is_unreachable_answers_its_items
 
 
 async def test_the_forwarders_bound_is_positive() -> None:
-    async with httpx.AsyncClient() as client:
-        with pytest.raises(UsageError, match="wait_ms must be > 0"):
-            Forwarder(client, me="0", wait_ms=0)
+    with pytest.raises(UsageError, match="wait_ms must be > 0"):
+        Forwarder(Peers(), me="0", wait_ms=0)
 
 
 def _where(scope: str) -> dict[str, str]:
