@@ -13,12 +13,13 @@ inspect one stage alone.
 Before anything starts, the topics keyed by scope must share one partition count, and while
 the service runs a change of one stops its inputs (:mod:`purgatory.service.ownership.layout`).
 
-Shutdown (SIGTERM, SIGINT, or the ``stop`` event in tests): stop the inputs (Kafka intake, HTTP,
-the reaper); decide every expiration already due; flush the journal; close the outbox and let it
-send, await the acknowledgement of, and commit everything decided before the stop, within
-``shutdown_grace_ms``; then close the producer. A stop that could not deliver everything in time
-raises :class:`~purgatory._core.TransportError` naming how many records were left (the process
-exits 1), never silently.
+Shutdown (SIGTERM, SIGINT, or ``stop`` in tests), within ``shutdown_grace_ms``: not ready; HTTP
+answers what is in flight (a long poll at once) and takes nothing new; the consumer reads
+nothing more but stays in the group (a rebalance meanwhile goes on, and the last commits); the
+other inputs stop; what is due is decided, the journal flushed, everything decided delivered
+and committed, the delivered marks written; then the consumer leaves the group. What was not
+delivered in time raises :class:`~purgatory._core.TransportError` naming how many records were
+left (the process exits 1), never silently.
 """
 
 from __future__ import annotations
@@ -166,6 +167,11 @@ class Service:
         self.overview = Overview(self.table, clock=clock, status=self.status, recent=self.recent)
         self.http_config = self._build_http_config()
         self.app = build_app(self, self.http_config)
+        self.hypercorn = server_config(
+            f"{settings.http_host}:{settings.http_port}",
+            max_wait_ms=settings.max_wait_ms,
+            graceful_timeout_s=settings.shutdown_grace_ms / 1000,
+        )
 
     def _build_dispatch(self) -> tuple[PartitionTable, Dispatcher, Reads]:
         settings = self.settings
@@ -268,8 +274,8 @@ class Service:
             if own_signals:
                 nursery.start_soon(_stop_on_signals, stop)
             done = await self._start_outputs(nursery)
-            await self._serve_inputs(stop, serve_http=serve_http, task_status=task_status)
-            due = await self._drain(nursery, done)
+            ends_at = await self._serve_inputs(stop, serve_http=serve_http, task_status=task_status)
+            due = await self._drain(nursery, done, ends_at)
         stats = self.outbox.statistics()
         _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
 
@@ -296,11 +302,11 @@ class Service:
 
     async def _serve_inputs(
         self, stop: trio.Event, *, serve_http: bool, task_status: trio.TaskStatus[list[str]]
-    ) -> None:
+    ) -> float:
         """Take inputs (the reaper, the assignment, the layout watch, the intake, HTTP) until
-        ``stop``; ready (and started, for the caller) once every partition held is restored."""
-        settings = self.settings
-        http_stopped = trio.Event()
+        ``stop``, ready once every partition held is restored; then stop them as the module
+        docstring says. Returns when the whole stop must be over (trio time)."""
+        http_stopped, http_done = trio.Event(), trio.Event()
         async with trio.open_nursery() as inputs:
             await inputs.start(self.reaper.run)
             inputs.start_soon(self.follower.run)
@@ -308,13 +314,10 @@ class Service:
             inputs.start_soon(self._intake().run)
             bound: list[str] = []
             if serve_http:
-                hypercorn = server_config(
-                    f"{settings.http_host}:{settings.http_port}",
-                    max_wait_ms=settings.max_wait_ms,
-                    graceful_timeout_s=settings.shutdown_grace_ms / 1000,
-                )
-                serving = functools.partial(serve_app, self.app, hypercorn, stopped=http_stopped)
-                bound = await inputs.start(serving)
+                serving = functools.partial(serve_app, self.app, self.hypercorn)
+                bound = await inputs.start(serving, http_done, http_stopped)
+            else:
+                http_done.set()
             # HTTP answers meanwhile: /readyz 503, the restoring partitions' inputs 503.
             while not self.follower.caught_up() and not stop.is_set():
                 await trio.sleep(0.01)
@@ -323,10 +326,16 @@ class Service:
             self.http_config.authenticator.warn_if_open(bound)
             task_status.started(bound)
             await stop.wait()
+            ends_at = trio.current_time() + self.settings.shutdown_grace_ms / 1000
             self.status.started = False
             _log.info("service_stopping")
             http_stopped.set()
+            self.reads.waiters.release()
+            with trio.move_on_at(ends_at):
+                await http_done.wait()
+            self.source.stop_reading()
             inputs.cancel_scope.cancel()
+        return ends_at
 
     def _intake(self) -> Intake:
         settings = self.settings
@@ -342,16 +351,17 @@ class Service:
             metrics=self.metrics,
         )
 
-    async def _drain(self, nursery: trio.Nursery, done: _Outputs) -> int:
-        """The inputs are stopped: decide what is due, then deliver everything decided, within
-        ``shutdown_grace_ms``; how many expired at the stop.
+    async def _drain(self, nursery: trio.Nursery, done: _Outputs, ends_at: float) -> int:
+        """The inputs are stopped: decide what is due, then deliver everything decided, by
+        ``ends_at`` (the end of ``shutdown_grace_ms`` from the stop); how many expired at the
+        stop.
 
         Raises:
             TransportError: what was decided was not all acknowledged in time.
         """
         grace_s = self.settings.shutdown_grace_ms / 1000
         due = self.flow.catch_up(self.clock.now_ms())
-        with trio.move_on_after(grace_s):
+        with trio.move_on_at(ends_at):
             if self.changelog is not None:
                 self.changelog.close()
                 await done.changelog.wait()
@@ -360,10 +370,11 @@ class Service:
         if not done.outbox.is_set():
             left = self.outbox.statistics()
             nursery.cancel_scope.cancel()
+            unsent = left.queued + left.in_flight
+            what = f"{unsent} record(s) decided before the stop were not acknowledged"
             raise TransportError(
-                f"shutdown: {left.queued + left.in_flight} record(s) decided before the stop"
-                f" were not acknowledged within shutdown_grace_ms"
-                f" ({self.settings.shutdown_grace_ms} ms)"
+                f"shutdown: {what if unsent else 'the last input offsets were not committed'}"
+                f" within shutdown_grace_ms ({self.settings.shutdown_grace_ms} ms)"
             )
         if self.changelog is not None:
             with trio.move_on_after(grace_s):
@@ -414,15 +425,9 @@ async def run_service(
     own_signals = stop is None
     stop = stop if stop is not None else trio.Event()
     transport = transport if transport is not None else kafka_transport(settings)
-    assignment = (
-        [
-            (t, p)
-            for t in (settings.topic_requests, settings.topic_signals)
-            for p in settings.kafka_static_partitions
-        ]
-        if settings.kafka_static_partitions
-        else None
-    )
+    inputs = [settings.topic_requests, settings.topic_signals]
+    static = settings.kafka_static_partitions
+    assignment = [(t, p) for t in inputs for p in static] if static else None
     mode = delivery_mode(settings)
     if not checked:  # before anything starts: a broker the mode cannot use
         await mode.check(transport)
@@ -430,9 +435,7 @@ async def run_service(
         transport.open_sink() as sink,
         transport.open_reader(read_committed=mode.read_committed) as reader,
         transport.open_source(
-            topics=[settings.topic_requests, settings.topic_signals],
-            group_id=settings.kafka_group_id,
-            assignment=assignment,
+            topics=inputs, group_id=settings.kafka_group_id, assignment=assignment
         ) as source,
         mode.transactions(transport, source) as transactions,
     ):

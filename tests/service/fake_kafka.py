@@ -178,13 +178,21 @@ class FakeSource:
         self._assigned = assigned
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[tuple[str, int]] = set(assigned)
+        self.quiet = False  # stop_reading: nothing more is polled
         self.epochs: dict[tuple[str, int], int] = {}  # resumes so far, per partition
         self.owners: dict[int, str] = {}  # as a group would share them
         self._on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
+        #: rebalance listeners running, and the event set when none is: kafka-python runs the
+        #: listener inside the consumer thread's poll, and that thread serves the commits
+        #: between polls, so a commit waits for the listener (KafkaSource._serve_commits)
+        self._listening = 0
+        self._listeners_done = trio.Event()
 
     async def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
         broker = self._broker
         broker.step("commit")
+        while self._listening:
+            await self._listeners_done.wait()
         await trio.sleep(0.001)  # a round trip
         await self._link.wait()
         if broker.fail_commits:
@@ -234,7 +242,14 @@ class FakeSource:
         if listener_after_s:
             await trio.sleep(listener_after_s)
         if self._on_revoke is not None:
-            await self._on_revoke(frozenset(partitions))
+            self._listening += 1
+            try:
+                await self._on_revoke(frozenset(partitions))
+            finally:
+                self._listening -= 1
+                if not self._listening:
+                    self._listeners_done.set()
+                    self._listeners_done = trio.Event()
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         for tp, asked in positions.items():
@@ -251,6 +266,10 @@ class FakeSource:
 
     def resume_epoch(self, topic: str, partition: int) -> int:
         return self.epochs.get((topic, partition), 0) + 1
+
+    def stop_reading(self) -> None:
+        self.quiet = True
+        self._broker.changed()
 
 
 class FakeReader:
@@ -338,7 +357,7 @@ class FakeTransport:
                     await self.link.wait()
                     batch: list[ConsumedRecord] = []
                     for tp in assigned:
-                        if tp in source.paused:
+                        if tp in source.paused or source.quiet:
                             continue
                         log = broker.topics[tp[0]][tp[1]]
                         start = source.positions[tp]

@@ -372,14 +372,20 @@ class Follower:
         serving = sorted(p for p, was in moved.items() if was)
         changelog = self._changelog
         done = False
+        began = trio.current_time()
+        took: dict[str, float] = {}  # each step's seconds, for the log
+        _log.info("partitions_handing_over", partitions=sorted(moved), serving=serving)
         with trio.move_on_after(self._config.grace_s):
             # Every record in flight settles first: acknowledged where this writer expected
             # it (what it caused is released), or elsewhere (void: the partition is fenced,
             # nothing is released, and no delivered mark is written for it).
             await self._gate.durable()
+            took["durable_s"] = trio.current_time() - began
             if changelog is not None and not self._outbox.closed:
                 await self._outbox.acknowledged()
+                took["acknowledged_s"] = trio.current_time() - began
                 await changelog.mark_delivered(serving)
+                took["marked_s"] = trio.current_time() - began
             done = True
         for partition in serving:
             self._partitions.forget_acked(partition)
@@ -391,4 +397,9 @@ class Follower:
             self.table.on(partition, LifeEvent.HANDED_OVER, now)
             self.progress.pop(partition, None)
             _log.info("partition_dropped", partition=partition)
-        _log.info("partitions_handed_over", partitions=serving, complete=done)
+        _log.info(
+            "partitions_handed_over",
+            partitions=serving,
+            complete=done,
+            **{step: round(seconds, 3) for step, seconds in took.items()},
+        )

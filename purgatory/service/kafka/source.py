@@ -164,6 +164,9 @@ class _ConsumerThread:
         self._start = start
         self._max_batch = max_batch
         self._stop = threading.Event()
+        #: set at a graceful stop: every partition paused, nothing handed over any more, but
+        #: the consumer still polls (heartbeats, rebalances, commits) until it closes
+        self._quiet = threading.Event()
         self.consumer: Any = None  # once connected (its group metadata is read from trio)
         self._commits: queue.SimpleQueue[_CommitRequest] = queue.SimpleQueue()
         self._resumes: queue.SimpleQueue[_ResumeRequest] = queue.SimpleQueue()
@@ -199,6 +202,9 @@ class _ConsumerThread:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def stop_reading(self) -> None:
+        self._quiet.set()
 
     def request_resume(self, request: _ResumeRequest) -> None:
         with self._lock:
@@ -354,6 +360,8 @@ class _ConsumerThread:
     def _loop(self, consumer: Any, send: trio.MemorySendChannel[list[ConsumedRecord]]) -> None:
         while not self._stop.is_set():
             self._serve_commits(consumer, wait_s=None)
+            if self._quiet.is_set():
+                self._pause_all(consumer)
             polled = self.poll(consumer)
             batch: list[ConsumedRecord] = []
             for tp, records in polled.items():
@@ -372,8 +380,15 @@ class _ConsumerThread:
                 self._publish_counts(consumer)
             if self._assignor is not None and self._assignor.take_rejoin():
                 consumer._coordinator.request_rejoin()  # the next poll joins the second round
-            if batch and not self._deliver(consumer, send, batch):
+            if batch and not self._quiet.is_set() and not self._deliver(consumer, send, batch):
                 return
+
+    def _pause_all(self, consumer: Any) -> None:
+        """Pause every assigned partition (a rebalance may have given new ones): the stop
+        reads nothing more, and what was fetched is dropped (it was not committed)."""
+        assigned = consumer.assignment()
+        if assigned - consumer.paused():
+            consumer.pause(*assigned)
 
     def poll(self, consumer: Any) -> dict[Any, list[Any]]:
         """One poll of ``consumer``. A retriable error (a refused connection while the broker
@@ -400,6 +415,8 @@ class _ConsumerThread:
         batch: list[ConsumedRecord],
     ) -> bool:
         while not self._stop.is_set():
+            if self._quiet.is_set():
+                return True  # dropped: the stop reads nothing more (see _loop)
             try:
                 trio.from_thread.run_sync(send.send_nowait, batch)
                 return True
@@ -606,6 +623,18 @@ class KafkaSource:
         """The epoch the records of a partition carry once it is next resumed (one more than
         its resumes so far); records fetched before that resume carry a lower one."""
         return self._epochs.get((topic, partition), 0) + 1
+
+    def stop_reading(self) -> None:
+        """Read nothing more, and keep taking part in the group until closed.
+
+        For a graceful stop: the consumer pauses every partition it holds (and any a
+        rebalance gives it) and drops what it fetched, but still polls, so it heartbeats,
+        joins a rebalance another member began (running the rebalance listener), and serves
+        the last commits. A consumer that stopped polling instead (its channel full, nobody
+        reading) left such a rebalance waiting for it, every partition of the group unserved,
+        and its own commits refused (``RebalanceInProgressError``) until the stop's grace ran
+        out."""
+        self._thread.stop_reading()
 
 
 @asynccontextmanager

@@ -214,6 +214,11 @@ class RecordSource(Protocol):
         kafka-python's ``ConsumerGroupMetadata``, or the group's id)."""
         ...
 
+    def stop_reading(self) -> None:
+        """A graceful stop: hand over no more records, but keep taking part in the group
+        (heartbeats, rebalances, commits) until the source closes."""
+        ...
+
 
 class Transactions(Protocol):
     """One transactional producer per input partition (transactional delivery)."""

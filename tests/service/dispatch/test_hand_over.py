@@ -15,6 +15,7 @@ machine).
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +24,7 @@ import pytest
 import trio
 import trio.testing
 
-from purgatory._codec import RegisterRequest
+from purgatory._codec import RegisterRequest, encode_request
 from purgatory.service.app import Service
 from purgatory.service.errors import JournalStalledError, NotServingError
 from purgatory.service.settings import Settings
@@ -185,3 +186,62 @@ async def test_a_write_a_hand_over_withdrew_after_its_grace_is_never_answered_2x
     # at the next owner); so may the first, "maybe applied", which its retry finds there.
     assert answers["second"] == "NotServingError"
     assert {op for op, answer in answers.items() if answer == "2xx"} <= journaled
+
+
+@pytest.mark.parametrize("revoked_after_s", [0.0, 0.001, 0.01, 0.05, 0.2])
+async def test_a_rebalance_during_a_graceful_stop_lets_the_stop_finish_in_time(
+    revoked_after_s: float, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A rollout: this replica was sent SIGTERM, and while it delivers and commits what it
+    # decided, another member joins or leaves and the group takes a partition away. The
+    # rebalance listener runs inside the consumer thread's poll, so no commit is served until
+    # it returns (the fake does the same): the listener must not wait for the stop, nor the
+    # stop for the listener, or both wait out their grace and the replica exits 1 without its
+    # delivered marks.
+    broker = _broker()
+    scopes = {
+        p: next(
+            f"s{i}" for i in range(100) if broker.partition_for(REQUESTS, f"s{i}".encode()) == p
+        )
+        for p in (0, MOVED)
+    }
+    for scope in scopes.values():
+        for i in range(5):  # timers due at the stop: decided by it, delivered, committed
+            request = RegisterRequest(op_id=f"t{i}", scope=scope, keys=(), timeout_ms=1_000)
+            broker.append(REQUESTS, scope.encode(), encode_request(request))
+    fake = FakeTransport(broker)
+    assignment = [(topic, p) for topic in INPUTS for p in (0, MOVED)]
+    async with (
+        fake.open_sink() as sink,
+        fake.open_reader() as reader,
+        fake.open_source(topics=list(INPUTS), group_id="g", assignment=assignment) as source,
+    ):
+        service = Service(SETTINGS, Clock(offset_ms=EPOCH_MS), source, sink, reader)
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def rebalance() -> None:
+                await stop.wait()
+                await trio.sleep(revoked_after_s)
+                await source.revoke(TAKEN)
+
+            nursery.start_soon(rebalance)
+            await nursery.start(
+                lambda task_status: service.run(stop, serve_http=False, task_status=task_status)
+            )
+            while len(broker.committed) < 1:  # every request read
+                await trio.sleep(0.01)
+            await trio.sleep(0.999)  # the timers are due now
+            began = trio.current_time()
+            stop.set()
+        stopped_in_s = trio.current_time() - began
+    assert stopped_in_s < SETTINGS.shutdown_grace_ms / 1000 / 2
+    outcomes = {
+        (doc["scope"], doc["op_id"])
+        for record in broker.records(SETTINGS.topic_callbacks)
+        for doc in [json.loads(record.value or b"{}")]
+    }
+    assert outcomes == {(s, f"t{i}") for s in scopes.values() for i in range(5)}
+    for partition in (0, MOVED):  # the next owner re-sends nothing
+        assert _journal(broker, partition)[-1]["delivered"] == 5
+    assert broker.committed[(REQUESTS, 0)] == 5

@@ -87,14 +87,20 @@ def server_config(
 async def serve_app(
     app: Starlette,
     config: HypercornConfig,
-    *,
+    done: trio.Event | None,
     stopped: trio.Event,
+    *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` with hypercorn's trio worker until ``stopped`` (then gracefully, within
-    ``config.graceful_timeout``); the bound addresses go to ``task_status``."""
+    """Serve ``app`` with hypercorn's trio worker until ``stopped``, then take no new
+    connection and answer the requests in flight (within ``config.graceful_timeout``); the
+    bound addresses go to ``task_status``, and ``done`` is set once it is over."""
     asgi: Any = app  # hypercorn's framework type does not name Starlette
-    await serve(asgi, config, shutdown_trigger=stopped.wait, task_status=task_status)
+    try:
+        await serve(asgi, config, shutdown_trigger=stopped.wait, task_status=task_status)
+    finally:
+        if done is not None:
+            done.set()
 
 
 class _Body:
