@@ -214,6 +214,9 @@ class FakeSource:
     def held(self) -> frozenset[tuple[str, int]]:
         return frozenset(self.paused)
 
+    def joined(self) -> bool:
+        return True
+
     def partition_count(self, topic: str) -> int:
         return len(self._broker.topics[topic])
 

@@ -145,6 +145,11 @@ class Follower:
         topics = self._config.input_topics
         return frozenset(p for t, p in self._source.assignment() if t in topics)
 
+    def joined(self) -> bool:
+        """Whether the source was given its partitions at least once (see
+        ``RecordSource.joined``)."""
+        return self._source.joined()
+
     def caught_up(self) -> bool:
         """Every input partition held is restored and served."""
         return self.held() <= self.table.in_state(PartitionState.SERVING)

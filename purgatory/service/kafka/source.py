@@ -138,6 +138,7 @@ class _HoldNewPartitions(AsyncConsumerRebalanceListener):  # type: ignore[misc]
         if new and self._earliest:
             self._consumer.seek_to_beginning(*new)
         self._thread.hold(self._consumer, assigned)
+        self._thread.given = True  # published with the assignment, after the poll
 
 
 class _ConsumerThread:
@@ -184,6 +185,10 @@ class _ConsumerThread:
         self.assigned: frozenset[tuple[str, int]] = frozenset()
         self.held: frozenset[tuple[str, int]] = frozenset()
         self.partition_counts: dict[str, int] = {}
+        #: given its partitions at least once (an explicit assignment, or a first group join),
+        #: and published with the assignment it was given (``given``: not yet published)
+        self.joined = False
+        self.given = False
         self.on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
         self._token: trio.lowlevel.TrioToken | None = None
 
@@ -479,6 +484,7 @@ class _ConsumerThread:
                 lag[(tp.topic, tp.partition)] = max(0, highwater - position)
         self.lag = lag
         self.assigned = frozenset((tp.topic, tp.partition) for tp in assigned)
+        self.joined = self.joined or self.given or bool(assigned)
 
     def _publish_counts(self, consumer: Any) -> None:
         """Each topic's partition count in the consumer's cached metadata; a topic missing from
@@ -568,6 +574,11 @@ class KafkaSource:
     def assignment(self) -> frozenset[tuple[str, int]]:
         """The partitions the consumer held at its last poll (changes with group rebalances)."""
         return self._thread.assigned
+
+    def joined(self) -> bool:
+        """Whether the consumer was given its partitions at least once: at once with an
+        explicit assignment; in a group, at its first join, even one that gave it none."""
+        return self._thread.joined
 
     def held(self) -> frozenset[tuple[str, int]]:
         """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""

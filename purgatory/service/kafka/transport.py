@@ -179,6 +179,11 @@ class RecordSource(Protocol):
         """The partitions assigned but not read until :meth:`resume`."""
         ...
 
+    def joined(self) -> bool:
+        """Whether the source was given its partitions at least once (a group's first join
+        may give it none)."""
+        ...
+
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has (known once the source is open), as of the latest
         metadata: Kafka can add partitions to a live topic, and this follows within seconds."""

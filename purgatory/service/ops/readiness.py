@@ -1,9 +1,16 @@
 """Whether this replica serves, and why not (service layer: ops): ``/readyz`` and the gauges.
 
 Ready means: started and not stopping, taking inputs (the topics' partition counts did not
-change), holding partitions (a group may not have assigned any yet), and every one of them
-restored and served. ``/readyz`` also tells each held partition's state, its restore's
-progress and, when it waits, why; the topics' partition counts; and the journal's state.
+change), and ready once already: given its partitions (a group's first join, which may give it
+none) and every one of them restored. From then on a rebalance does not make it unready: while
+a partition moves, its scopes answer 503 with Retry-After here as at every other replica, and
+the replica still answers for the rest and forwards to their owners. A replica unready for
+each move (every member of a group at once, for a rebalance) would leave a Service no
+endpoint, refusing connections for every scope where a 503 for a few is due; and a rollout,
+which waits for the new pod to be ready, still waits for its first restore. A member given no
+partition (more replicas than partitions, a surge pod in a rollout) is ready: it forwards.
+``/readyz`` also tells each held partition's state, its restore's progress and, when it waits,
+why; the topics' partition counts; and the journal's state.
 
 A stalled journal leaves the replica ready (``/readyz`` 200): the broker is usually
 unreachable for every replica at once, and a failing readiness probe would take them all out of
@@ -48,16 +55,14 @@ class Readiness:
         self._layout = layout
         self._changelog = changelog
         self.started = False  # serving, until the stop begins
+        self._restored_once = False  # given its partitions, and every one of them restored
 
     def is_ready(self) -> bool:
-        """Started, taking inputs, holding partitions, and every one of them restored."""
-        follower = self._follower
-        return (
-            self.started
-            and self._table.inputs_stopped is None
-            and bool(follower.held())
-            and follower.caught_up()
-        )
+        """Started, taking inputs, and ready once already (see the module docstring)."""
+        if not self._restored_once:
+            follower = self._follower
+            self._restored_once = follower.joined() and follower.caught_up()
+        return self.started and self._table.inputs_stopped is None and self._restored_once
 
     def partition_status(self) -> list[PartitionStatus]:
         """The input partitions held now, each in its state (``/readyz``, the metrics)."""
