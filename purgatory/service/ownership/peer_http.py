@@ -15,8 +15,8 @@ but a list of idle connections, changed only between checkpoints, and a semaphor
 :data:`MAX_CONNECTIONS` at once), which trio releases whatever happens. An idle connection is
 kept for :data:`IDLE_S` (under the server's keep-alive timeout, 5 s); one that the peer closed
 all the same (it restarted) fails before any byte of an answer, and the request is sent once
-more on a new connection: the peer did not read it. The body of an answer is at most
-:data:`MAX_ANSWER_BYTES`.
+more on a new connection (the peer did not read it), the other idle ones to that peer dropped.
+The body of an answer is at most :data:`MAX_ANSWER_BYTES`.
 
 Speaks HTTP/1.1 through h11 over trio's streams, ``https`` through trio's TLS stream with the
 system's trust store.
@@ -114,21 +114,24 @@ class Peers:
         head = [("host", host_header), *headers, ("content-length", str(len(body or b"")))]
         request = h11.Request(method=method, target=parts.path + target, headers=head)
         async with self._slots:
-            for _ in range(2):  # a stale idle connection, then a new one
+            for _ in range(3):  # a stale idle connection, then (the others dropped) a new one
                 connection, reused = await self._take(peer)
                 try:
                     answer, again = await _exchange(connection, request, body, on_sent)
                 except _StaleError:
                     connection.close()
-                    if reused:
-                        continue
-                    raise
+                    if not reused:
+                        raise
+                    # The peer closed it while idle: it restarted, or its keep-alive ran out,
+                    # and so for every other connection idle as long. None of them is tried.
+                    self._drop_idle(peer)
+                    continue
                 except BaseException:
                     connection.close()
                     raise
                 self._give_back(peer, connection, again)
                 return answer
-        raise AssertionError("unreachable: a new connection is never stale")  # pragma: no cover
+        raise PeerError("RemoteProtocolError: every connection closed before answering")
 
     async def aclose(self) -> None:
         """Close every idle connection (those in use close with their requests)."""
@@ -138,6 +141,10 @@ class Peers:
                 connection.close()
         self._idle.clear()
         await trio.lowlevel.checkpoint()
+
+    def _drop_idle(self, peer: tuple[str, str, int]) -> None:
+        for connection in self._idle.pop(peer, []):
+            connection.close()
 
     async def _take(self, peer: tuple[str, str, int]) -> tuple[_Connection, bool]:
         now = trio.current_time()

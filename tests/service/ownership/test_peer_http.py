@@ -33,9 +33,12 @@ class _Server:
     requests: list[str] = field(default_factory=list)
     release: trio.Event = field(default_factory=trio.Event)
     waiting: int = 0  # requests held until ``release``
+    streams: list[trio.SocketStream] = field(default_factory=list)  # every connection taken
+    closed: int = 0  # connections ended
 
     async def handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
+        self.streams.append(stream)
         conn = h11.Connection(our_role=h11.SERVER)
         try:
             while True:
@@ -49,6 +52,7 @@ class _Server:
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             pass
         finally:
+            self.closed += 1
             await trio.aclose_forcefully(stream)
 
     async def _read_request(self, conn: h11.Connection, stream: trio.SocketStream) -> str | None:
@@ -164,6 +168,29 @@ async def test_a_connection_is_reused_and_one_the_peer_closed_is_replaced() -> N
         assert server.requests == ["/ok", "/chunked", "/close-after", "/ok"]
         assert sent == ["/close-after", "/ok", "/ok"]  # told each time it began to leave
         await peers.aclose()
+
+
+async def test_a_peer_that_restarted_leaves_no_stale_connection_to_fail_a_request() -> None:
+    async with _peer() as server:
+        peers = Peers()
+        async with trio.open_nursery() as nursery:  # three connections, each kept idle
+            for _ in range(3):
+                nursery.start_soon(_get, peers, server, "/hold")
+            await _until(lambda: server.waiting == 3)
+            server.release.set()
+        assert (
+            server.connections == 3 and len(peers._idle[("http", "127.0.0.1", _port(server))]) == 3
+        )
+        for handler_stream in list(server.streams):  # the peer restarts: every one is closed
+            await handler_stream.aclose()
+        await _until(lambda: server.closed == 3)
+        assert await _get(peers, server, "/ok") == b'{"ok":true}'
+        assert server.connections == 4  # one new connection; no stale one tried twice
+        await peers.aclose()
+
+
+def _port(server: _Server) -> int:
+    return int(server.url.rsplit(":", 1)[1])
 
 
 async def test_a_new_connection_closed_before_its_answer_fails_the_request() -> None:
