@@ -166,6 +166,27 @@ def test_signals_expired_but_not_cleaned_up_do_not_count() -> None:
         assert target.statistics().remembered_bytes == engine.statistics().remembered_bytes
 
 
+def test_a_signal_again_of_a_key_expired_but_not_cleaned_up_counts_whole() -> None:
+    # Its stored signal is gone for the limits: the new one adds its whole size, not the
+    # difference of two payloads (zero here), as in a restored engine that never held it.
+    # Found by TestAccounting (below).
+    big, small = signal_bytes(NIGHT, "big", fact("y" * 40)), signal_bytes(NIGHT, "a", fact("x"))
+    config = EngineConfig(
+        signal_ttl=TtlConfig(ttl_ms=100), max_remembered_bytes_per_scope=big + small - 1
+    )
+    engine = Engine(config)
+    engine.signal(NIGHT, "a", now_ms=0, payload="x")
+    engine.register(spec("o", keys=("big",)), now_ms=50)
+    [done] = engine.signal(NIGHT, "big", now_ms=50, payload="y" * 40)  # awaited: taken all the same
+    assert done.keys == ("big",)
+    restored = restore_engine(snapshot_engine(engine), now_ms=100, config=config)
+    assert engine.statistics().remembered_signals == 2  # "a" expired at 100, still stored
+    for target in (engine, restored):
+        with pytest.raises(LimitError) as caught:
+            target.signal(NIGHT, "a", now_ms=100, payload="x")
+        assert caught.value.field == "max_remembered_bytes_per_scope"
+
+
 def test_a_cancelled_operation_lingering_in_a_watch_list_limits_nothing() -> None:
     # Until a purge it is still in its keys' watch lists; a restored engine has no trace of it,
     # so counting it would refuse here what the restored engine takes.

@@ -16,7 +16,8 @@ from hypothesis.stateful import (
 
 from purgatory._core.flink.ttl_state import CleanupStrategy, TtlConfig, TtlState, UpdateType
 
-_KEYS = st.sampled_from(["a", "b", "c", "d"])
+_KEY_NAMES = ("a", "b", "c", "d")
+_KEYS = st.sampled_from(_KEY_NAMES)
 _VALUES = st.integers(0, 9)
 
 
@@ -56,6 +57,10 @@ def test_peek_is_not_an_access() -> None:
     assert state.statistics().reads == 0
     assert state.get_entry("a", now_ms=5) is not None
     assert state.peek("a") == 1  # expired at 15 now: peek shows what is stored, even expired
+    assert state.peek_live("a", now_ms=14) == 1
+    assert state.peek_live("a", now_ms=15) is None  # expired at 15, still stored
+    assert state.peek_live("z", now_ms=0) is None
+    assert state.statistics().reads == 1 and state.peek("a") == 1  # neither read nor removed
     assert state.get("a", now_ms=20) is None
 
 
@@ -116,6 +121,17 @@ class HookMachine(RuleBasedStateMachine):
     @rule(key=_KEYS, value=_VALUES, age=st.integers(0, 40))
     def restore(self, key: str, value: int, age: int) -> None:
         self.state.restore(key, value, last_access_ms=max(0, self.now - age), now_ms=self.now)
+
+    @invariant()
+    def peek_live_is_a_read_without_its_effects(self) -> None:
+        # What a read at this moment would return (under NEVER_RETURN_EXPIRED), by the
+        # stored deadlines, and nothing read, refreshed or removed.
+        reads, stored = self.state.statistics().reads, len(self.state)
+        for key in _KEY_NAMES:
+            slot = self.state._slots.get(key)
+            live = None if slot is None or slot.deadline_ms <= self.now else slot.value
+            assert self.state.peek_live(key, now_ms=self.now) == live
+        assert (self.state.statistics().reads, len(self.state)) == (reads, stored)
 
     @invariant()
     def totals_match_what_is_stored(self) -> None:

@@ -126,18 +126,27 @@ class Budget:
                 field="max_pending_bytes_per_scope",
             )
 
-    def _remembered_growth(self, ident: tuple[str, str], fact: SignalFact) -> tuple[int, int]:
-        """What remembering ``fact`` under ``ident`` adds: (signals, bytes) to its scope."""
+    def _remembered_growth(
+        self, ident: tuple[str, str], fact: SignalFact, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """What remembering ``fact`` under ``ident`` adds: (signals, bytes) to its scope; with
+        ``now_ms``, a stored signal expired then counts as gone (a new one replaces it)."""
         scope, key = ident
-        old = self._signals.peek(ident)
+        if now_ms is None:
+            old = self._signals.peek(ident)
+        else:
+            old = self._signals.peek_live(ident, now_ms=now_ms)
         if old is None:
             return 1, signal_bytes(scope, key, fact)
         return 0, signal_bytes(scope, key, fact) - signal_bytes(scope, key, old)
 
-    def _remembered_over(self, ident: tuple[str, str], fact: SignalFact) -> str | None:
-        """The remembered-signal limit that remembering ``fact`` would cross, if any."""
+    def _remembered_over(self, ident: tuple[str, str], fact: SignalFact, now_ms: int) -> str | None:
+        """The remembered-signal limit that remembering ``fact`` at ``now_ms`` would cross, if
+        any. What is held may count signals expired but not yet cleaned up (an overestimate);
+        the growth never does: a re-signal of an expired key adds a whole signal, not the
+        difference of two payloads, however the cleanup goes."""
         config = self._config
-        count, size = self._remembered_growth(ident, fact)
+        count, size = self._remembered_growth(ident, fact, now_ms)
         held_count, held_bytes = self._tally.remembered_by_scope.get(ident[0], (0, 0))
         if count > 0 and held_count + count > config.max_remembered_signals_per_scope:
             return "max_remembered_signals_per_scope"
@@ -146,12 +155,12 @@ class Budget:
         return None
 
     def _check_remembered(self, ident: tuple[str, str], fact: SignalFact, now_ms: int) -> None:
-        if self._remembered_over(ident, fact) is None or self.awaits(*ident):
+        if self._remembered_over(ident, fact, now_ms) is None or self.awaits(*ident):
             return
         # What is stored may include signals expired but not yet cleaned up, which a snapshot
         # does not hold: count only the live ones, so a restored engine decides the same.
         self._signals.remove_expired(now_ms)
-        over = self._remembered_over(ident, fact)
+        over = self._remembered_over(ident, fact, now_ms)
         if over is None:
             return
         scope = ident[0]

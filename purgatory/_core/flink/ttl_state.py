@@ -205,6 +205,12 @@ class TtlState(Generic[K, V]):
         slot = self._slots.get(key)
         return None if slot is None else slot.value
 
+    def peek_live(self, key: K, *, now_ms: int) -> V | None:
+        """The value stored under ``key`` if it has not expired at ``now_ms``, else None; not
+        an access: nothing is refreshed, removed or counted."""
+        slot = self._slots.get(key)
+        return None if slot is None or slot.deadline_ms <= now_ms else slot.value
+
     def remove_expired(self, now_ms: int) -> int:
         """Remove every entry expired at ``now_ms``, whatever the cleanup strategy.
 
