@@ -17,9 +17,9 @@ Shutdown (SIGTERM, SIGINT, or ``stop`` in tests), within ``shutdown_grace_ms``: 
 answers what is in flight (a long poll at once) and takes nothing new; the consumer reads
 nothing more but stays in the group (a rebalance meanwhile goes on, and the last commits); the
 other inputs stop; what is due is decided, the journal flushed, everything decided delivered
-and committed, the delivered marks written; then the consumer leaves the group. What was not
-delivered in time raises :class:`~purgatory._core.TransportError` naming how many records were
-left (the process exits 1), never silently.
+and committed, the delivered marks written; then the consumer leaves the group. A stop that
+runs out of time raises :class:`~purgatory._core.TransportError` naming what was left and when
+each phase ended (the process exits 1), never silently.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import functools
 import random
 import signal as signals
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -66,6 +66,7 @@ from purgatory.service.ownership.owners import owners_for
 from purgatory.service.settings import Settings
 from purgatory.service.telemetry.logging import get_logger
 from purgatory.service.telemetry.metrics import Metrics
+from purgatory.service.telemetry.stop_phases import StopPhases
 from reaper import Clock, CompletionExecutor
 
 __all__ = ["Service", "kafka_transport", "run_service", "topics_of"]
@@ -113,6 +114,7 @@ class Service:
     transactions: Transactions | None = None
     metrics: Metrics = field(default_factory=Metrics)
     jitter: random.Random = field(default_factory=random.Random)  # of the back-off after a fence
+    stop_phases: StopPhases = field(default_factory=StopPhases)
 
     def __post_init__(self) -> None:
         settings, clock, source = self.settings, self.clock, self.source
@@ -266,8 +268,7 @@ class Service:
         Raises:
             ConfigError: the topics keyed by scope do not all have one partition count (or
                 not ``PURGATORY_TOPIC_PARTITIONS``'s): nothing is started.
-            TransportError: records decided before the stop were not acknowledged within
-                ``shutdown_grace_ms``.
+            TransportError: the stop ran out of ``shutdown_grace_ms`` (the message says where).
         """
         await self.layout.check()  # before anything starts: a ConfigError refuses the start
         async with trio.open_nursery() as nursery:
@@ -276,13 +277,14 @@ class Service:
             done = await self._start_outputs(nursery)
             ends_at = await self._serve_inputs(stop, serve_http=serve_http, task_status=task_status)
             due = await self._drain(nursery, done, ends_at)
-        stats = self.outbox.statistics()
-        _log.info("service_stopped", expired_at_stop=due, delivered=stats.delivered)
+        delivered = self.outbox.statistics().delivered
+        phases = self.stop_phases.seconds()
+        _log.info("service_stopped", expired_at_stop=due, delivered=delivered, **phases)
 
     async def _start_outputs(self, nursery: trio.Nursery) -> _Outputs:
         """Start what delivers (the completion executor, the outbox, the journal's writer),
         each marking its event when it ends."""
-        done = _Outputs(outbox=trio.Event(), changelog=trio.Event())
+        done = _Outputs(trio.Event(), trio.Event())
 
         async def run_until_done(
             part: Any, ended: trio.Event, *, task_status: trio.TaskStatus[None]
@@ -326,15 +328,17 @@ class Service:
             self.http_config.authenticator.warn_if_open(bound)
             task_status.started(bound)
             await stop.wait()
-            ends_at = trio.current_time() + self.settings.shutdown_grace_ms / 1000
+            ends_at = self.stop_phases.begin(self.settings.shutdown_grace_ms / 1000)
             self.status.started = False
             _log.info("service_stopping")
             http_stopped.set()
             self.reads.waiters.release()
             with trio.move_on_at(ends_at):
                 await http_done.wait()
+            self.stop_phases.end("http")
             self.source.stop_reading()
             inputs.cancel_scope.cancel()
+        self.stop_phases.end("inputs")
         return ends_at
 
     def _intake(self) -> Intake:
@@ -352,29 +356,28 @@ class Service:
         )
 
     async def _drain(self, nursery: trio.Nursery, done: _Outputs, ends_at: float) -> int:
-        """The inputs are stopped: decide what is due, then deliver everything decided, by
-        ``ends_at`` (the end of ``shutdown_grace_ms`` from the stop); how many expired at the
-        stop.
-
-        Raises:
-            TransportError: what was decided was not all acknowledged in time.
-        """
+        """The inputs are stopped: decide what is due, deliver everything decided by ``ends_at``
+        (or raise ``TransportError``); how many expired at the stop."""
         grace_s = self.settings.shutdown_grace_ms / 1000
         due = self.flow.catch_up(self.clock.now_ms())
         with trio.move_on_at(ends_at):
             if self.changelog is not None:
                 self.changelog.close()
                 await done.changelog.wait()
+            self.stop_phases.end("journal")
             self.outbox.close()
             await done.outbox.wait()
         if not done.outbox.is_set():
             left = self.outbox.statistics()
+            self.outbox.close()  # a hand-over at the consumer's close waits for nothing of it
             nursery.cancel_scope.cancel()
             unsent = left.queued + left.in_flight
             what = f"{unsent} record(s) decided before the stop were not acknowledged"
+            what = what if unsent else "the last input offsets were not committed"
+            what = what if done.changelog.is_set() else "the journal was not flushed"
             raise TransportError(
-                f"shutdown: {what if unsent else 'the last input offsets were not committed'}"
-                f" within shutdown_grace_ms ({self.settings.shutdown_grace_ms} ms)"
+                f"shutdown: {what} within shutdown_grace_ms ({self.settings.shutdown_grace_ms}"
+                f" ms); phases ended at {self.stop_phases.seconds()}"
             )
         if self.changelog is not None:
             with trio.move_on_after(grace_s):
@@ -385,8 +388,7 @@ class Service:
         return due
 
 
-@dataclass(frozen=True, slots=True)
-class _Outputs:
+class _Outputs(NamedTuple):
     """Set when each output stage has ended."""
 
     outbox: trio.Event
