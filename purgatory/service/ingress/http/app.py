@@ -64,7 +64,7 @@ from purgatory.service.ingress.http.forwarding import (
 )
 from purgatory.service.ingress.http.queries import long_poll_wait_s
 from purgatory.service.ingress.http.routes import ROUTES
-from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers
+from purgatory.service.ingress.http.server import DRAIN_FACTOR, EarlyAnswers, InFlight
 from purgatory.service.ingress.http.table import ApiRoute
 from purgatory.service.telemetry.logging import get_logger
 
@@ -177,6 +177,7 @@ def build_app(served: Served, config: HttpConfig) -> Starlette:
     :class:`~purgatory.service.ingress.http.server.EarlyAnswers`).
     """
     by_path: dict[str, dict[str, ApiRoute]] = {}
+    in_flight = InFlight()
     for route in ROUTES:
         by_path.setdefault(route.path, {})[route.method] = route
     app = Starlette(
@@ -189,8 +190,10 @@ def build_app(served: Served, config: HttpConfig) -> Starlette:
                 EarlyAnswers,
                 max_bytes=DRAIN_FACTOR * config.max_request_bytes,
                 within_s=config.body_timeout_s,
+                in_flight=in_flight,
             )
         ],
     )
     app.state.purgatory = RequestContext(served.flow, served.reads, config, served.gate)
+    app.state.in_flight = in_flight  # what a graceful stop waits for (server.serve_app)
     return app
