@@ -66,6 +66,12 @@ _COMMIT_TIMEOUT_MS = 30_000
 _ASK_TIMEOUT_MS = 5_000
 _POLL_RETRY_S = 0.5  # after a poll that failed for a retriable reason (the broker away)
 _HAND_OVER_POLL_S = 0.01  # how often a rebalance listener looks whether its hand-over is done
+#: The most between two heartbeats: a member learns of a rebalance another began (a member
+#: that left or joined) at its next heartbeat, and until every member has rejoined, the
+#: partitions that move are served nowhere. Kafka's default is 3 s (a third of the 10 s
+#: session); a rollout's every step is two rebalances, so 1 s (one small request a second per
+#: member) takes up to 4 s off each step.
+_HEARTBEAT_MS = 1_000
 _COUNTS_EVERY_POLLS = 10  # at most a second apart while idle (each poll waits at most 100 ms)
 
 
@@ -699,7 +705,7 @@ async def open_kafka_source(
     _check_source(topics, group_id, assignment, start, max_batch, fetch_max_wait_ms)
     options = _consumer_options(group_id, max_batch, fetch_max_wait_ms)
     options["session_timeout_ms"] = session_timeout_ms
-    options["heartbeat_interval_ms"] = max(100, session_timeout_ms // 3)
+    options["heartbeat_interval_ms"] = max(100, min(session_timeout_ms // 3, _HEARTBEAT_MS))
     options["bootstrap_timeout_ms"] = connect_timeout_ms
     options["metadata_max_age_ms"] = metadata_max_age_ms
     options["isolation_level"] = "read_committed" if read_committed else "read_uncommitted"
