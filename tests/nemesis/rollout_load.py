@@ -107,6 +107,10 @@ class Router:
         routable = [i for i, ready in enumerate(self.ready) if ready]
         return routable[next(self._turn) % len(routable)] if routable else None
 
+    def routable(self, index: int) -> bool:
+        """Whether requests go to ``index`` now."""
+        return self.ready[index]
+
     def take_out(self, index: int) -> None:
         """Route nothing more to ``index`` until :meth:`put_back` (a terminating pod)."""
         self._out[index] = True
@@ -273,6 +277,18 @@ class Writer:
         if result_of(write.status) == "ok":
             self._on_ok(write)
 
+    async def _slot(self, index: int, began: float) -> bool:
+        """Take a place among the requests in flight to ``index``, waiting while it stays
+        routable and the write has time left; whether one was taken."""
+        ends_at = trio.current_time() + self._left_s(began)
+        while self._router.routable(index) and trio.current_time() < ends_at:
+            with trio.move_on_after(min(PROBE_EVERY_S, ends_at - trio.current_time())):
+                await self._slots[index].acquire()
+                if self._router.routable(index):
+                    return True
+                self._slots[index].release()  # taken out while this one waited
+        return False
+
     @staticmethod
     def _left_s(began: float) -> float:
         """An attempt's bound: what is left of the write's 30 s, at most 10 s, at least 0.5."""
@@ -288,11 +304,10 @@ class Writer:
             return None, PROBE_EVERY_S
         headers = {RETRY_HEADER: "1"} if write.applied_maybe else {}
         slots = self._slots[index]
-        acquired = False
-        with trio.move_on_after(self._left_s(began)):
-            await slots.acquire()
-            acquired = True
-        if not acquired:
+        if not await self._slot(index, began):
+            if not self._router.routable(index):  # as a balancer does: route it elsewhere now
+                write.attempts.append(Attempt(at_ms, index, None, "taken out while queued"))
+                return None, 0.0
             write.attempts.append(Attempt(at_ms, index, None, "no free slot to the replica"))
             return None, _BACKOFF_S
         # Never cancelled from outside: httpcore 1.0.9 leaks a pool slot for good when a
