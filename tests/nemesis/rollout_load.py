@@ -154,12 +154,16 @@ class Router:
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One try of a write: when, to which replica (None: none was ready), the status (None:
-    no answer) and what went wrong, briefly."""
+    no answer) and what went wrong, briefly; and when its request left (after its wait for a
+    place among the requests in flight to the replica) and its answer came (None: it did
+    not), so that the replica's time is told apart from the harness's queue."""
 
     at_ms: int
     replica: int | None
     status: int | None
     note: str = ""
+    sent_ms: int | None = None
+    answered_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -315,12 +319,14 @@ class Writer:
         # bound the attempt instead.
         left_s = self._left_s(began)
         timeout = httpx.Timeout(left_s, connect=min(_CONNECT_TIMEOUT_S, left_s))
+        sent_ms = wall_ms()
         try:
             response = await self._clients[index].post(
                 "/v1/operations", json=body, headers=headers, timeout=timeout
             )
         except httpx.HTTPError as exc:
-            write.attempts.append(Attempt(at_ms, index, None, f"{type(exc).__name__}: {exc}"[:160]))
+            why = f"{type(exc).__name__}: {exc}"[:160]
+            write.attempts.append(Attempt(at_ms, index, None, why, sent_ms))
             return None, _BACKOFF_S
         finally:
             slots.release()
@@ -328,7 +334,7 @@ class Writer:
         maybe = response.headers.get(APPLIED_HEADER, "").lower() == "maybe"
         write.applied_maybe = write.applied_maybe or maybe
         note = "" if status < 300 else response.text[:160]
-        write.attempts.append(Attempt(at_ms, index, status, note))
+        write.attempts.append(Attempt(at_ms, index, status, note, sent_ms, wall_ms()))
         return status, _retry_after_s(response) if status == 503 else _BACKOFF_S
 
 
