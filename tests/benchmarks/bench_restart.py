@@ -87,6 +87,7 @@ from tests.benchmarks.bench_service import (
     BROKER_TITLES,
     BROKERS,
     ServiceProcess,
+    alive,
     brokers_of,
     child_pids,
     process_cpu_s,
@@ -276,18 +277,9 @@ class ServiceLauncher:
 _STOP_EVENTS = ("service_stopping", "service_stopped", "service_closed", "snapshotter_stopped")
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _wait_gone(started: Started, others: Sequence[int], deadline_s: float, after: str) -> None:
     while True:
-        rest = [p for p in others if _alive(p)]
+        rest = [p for p in others if alive(p)]
         if started.popen.poll() is not None and not rest:
             return
         if time.perf_counter() >= deadline_s:

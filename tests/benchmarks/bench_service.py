@@ -129,6 +129,7 @@ __all__ = [
     "ServiceReport",
     "Target",
     "ThroughputResult",
+    "alive",
     "bench_http",
     "bench_kafka_hop",
     "bench_latency",
@@ -249,6 +250,15 @@ def _cpu_or_zero(pid: int) -> float:
         return process_cpu_s(pid)
     except OSError:  # it exited meanwhile
         return 0.0
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def child_pids(pid: int) -> list[int]:

@@ -309,32 +309,16 @@ class _Run:
             started_ms = wall_ms()
             replica.start()
             router.put_back(replica.index)
+            step = Step(
+                replica.index, sigterm_ms, stopped.seconds, stopped.code, started_ms, None, None
+            )
             try:
                 ready_s = await replica.wait_ready(_READY_S, self.token)
             except ReplicaTimeoutError as exc:
-                self.steps.append(
-                    Step(
-                        replica.index,
-                        sigterm_ms,
-                        stopped.seconds,
-                        stopped.code,
-                        started_ms,
-                        None,
-                        None,
-                        str(exc),
-                    )
-                )
+                self.steps.append(dataclasses.replace(step, error=str(exc)))
                 raise RolloutStalledError(str(exc)) from exc
             self.steps.append(
-                Step(
-                    replica.index,
-                    sigterm_ms,
-                    stopped.seconds,
-                    stopped.code,
-                    started_ms,
-                    wall_ms(),
-                    round(ready_s, 3),
-                )
+                dataclasses.replace(step, ready_ms=wall_ms(), ready_s=round(ready_s, 3))
             )
             print(
                 f"rollout: r{replica.index} gone in {stopped.seconds:.1f} s (exit "

@@ -30,7 +30,7 @@ import trio
 
 from purgatory.devtools.broker import free_port
 from purgatory.service.supervisors.supervisor import with_pdeathsig
-from tests.benchmarks.bench_service import child_pids
+from tests.benchmarks.bench_service import alive, child_pids
 
 __all__ = ["ReplicaTimeoutError", "RolloutReplica", "Stopped"]
 
@@ -52,15 +52,6 @@ class Stopped:
     seconds: float
     code: int
     snapshotters: int
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class RolloutReplica:
@@ -177,9 +168,9 @@ class RolloutReplica:
         snapshotters = child_pids(proc.pid)
         began = trio.current_time()
         proc.send_signal(signal.SIGTERM)
-        while proc.poll() is None or any(_alive(pid) for pid in snapshotters):
+        while proc.poll() is None or any(alive(pid) for pid in snapshotters):
             if trio.current_time() - began >= bound_s:
-                rest = [pid for pid in snapshotters if _alive(pid)]
+                rest = [pid for pid in snapshotters if alive(pid)]
                 self.close(snapshotters)
                 raise ReplicaTimeoutError(
                     f"r{self.index}: after SIGTERM, serve (exit {proc.poll()}) or its "
