@@ -13,13 +13,13 @@ inspect one stage alone.
 Before anything starts, the topics keyed by scope must share one partition count, and while
 the service runs a change of one stops its inputs (:mod:`purgatory.service.ownership.layout`).
 
-Shutdown (SIGTERM, SIGINT, or ``stop`` in tests), within ``shutdown_grace_ms``: not ready; HTTP
-answers what is in flight (a long poll at once) and takes nothing new; the consumer reads
-nothing more but stays in the group (a rebalance meanwhile goes on, and the last commits); the
-other inputs stop; what is due is decided, the journal flushed, everything decided delivered
-and committed, the delivered marks written; then the consumer leaves the group. A stop that
-runs out of time raises :class:`~purgatory._core.TransportError` naming what was left and when
-each phase ended (the process exits 1), never silently.
+Shutdown (SIGTERM, SIGINT, or ``stop`` in tests): not ready; in group mode, the partitions move
+to warm next owners first, served here meanwhile (``hand_over_ms``); then, within
+``shutdown_grace_ms``, HTTP answers what is in flight (a long poll at once) and takes nothing
+new; the consumer reads nothing more but stays in the group; the other inputs stop; what is
+due is decided, the journal flushed, everything decided delivered, committed and marked; then
+the consumer leaves the group. A stop out of time raises a ``TransportError`` naming what was
+left and when each phase ended (the process exits 1), never silently.
 """
 
 from __future__ import annotations
@@ -328,9 +328,10 @@ class Service:
             self.http_config.authenticator.warn_if_open(bound)
             task_status.started(bound)
             await stop.wait()
-            ends_at = self.stop_phases.begin(self.settings.shutdown_grace_ms / 1000)
             self.status.started = False
             _log.info("service_stopping")
+            await self.follower.leave(within_s=self.settings.hand_over_ms / 1000)
+            ends_at = self.stop_phases.begin(self.settings.shutdown_grace_ms / 1000)
             http_stopped.set()
             self.reads.waiters.release()
             with trio.move_on_at(ends_at):

@@ -426,6 +426,13 @@ class Settings:
         3_600_000,
         "Time a graceful stop may take (HTTP requests, executor drain), in ms.",
     )
+    hand_over_ms: int = _int(
+        15_000,
+        0,
+        3_600_000,
+        "Group mode: how long a graceful stop first serves on while the other replicas warm"
+        " its partitions and take them over, in ms (0: leave at once; they restore cold).",
+    )
 
     def __post_init__(self) -> None:
         problems = coerce_fields(self)

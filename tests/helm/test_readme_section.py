@@ -104,8 +104,9 @@ def test_the_defaults_it_quotes_are_the_chart_defaults() -> None:
         "`config.max_pending`, `config.max_pending_per_scope`": (
             f"`{config['max_pending']}`, `{config['max_pending_per_scope']}`"
         ),
-        "`terminationGracePeriodSeconds`, `config.shutdown_grace_ms`": (
-            f"`{values['terminationGracePeriodSeconds']}`, `{config['shutdown_grace_ms']}`"
+        "`terminationGracePeriodSeconds`, `config.hand_over_ms`, `config.shutdown_grace_ms`": (
+            f"`{values['terminationGracePeriodSeconds']}`, `{config['hand_over_ms']}`, "
+            f"`{config['shutdown_grace_ms']}`"
         ),
         "`lifecycle.preStopSleepSeconds`": f"`{values['lifecycle']['preStopSleepSeconds']}`",
     }

@@ -433,7 +433,7 @@ def test_the_pause_the_graceful_stop_and_the_last_snapshots_fit_in_the_grace_per
     if fits:
         assert kind(manifests(values), "Deployment")
     else:
-        with pytest.raises(helm.HelmRenderError, match=r"terminationGracePeriodSeconds \(40s\)"):
+        with pytest.raises(helm.HelmRenderError, match=r"terminationGracePeriodSeconds \(55s\)"):
             render(values)
 
 
@@ -511,13 +511,14 @@ def test_secrets_are_mounted_from_existing_secrets_never_rendered() -> None:
             {"config": {"shutdown_grace_ms": 30000}, "lifecycle": {"preStopSleepSeconds": 0}},
             "config.shutdown_grace_ms (+ 10 s for the last snapshots with config.journal and "
             "config.snapshot_interval_ms on): must stay below terminationGracePeriodSeconds "
-            "(40s), got 0s + 30000 ms + 10000 ms",
+            "(55s), got 0s + 15000 ms + 30000 ms + 10000 ms",
         ),
         (
             {"config": {"shutdown_grace_ms": 26000}},
-            "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms (+ 10 s for the last "
-            "snapshots with config.journal and config.snapshot_interval_ms on): must stay below "
-            "terminationGracePeriodSeconds (40s), got 5s + 26000 ms + 10000 ms",
+            "lifecycle.preStopSleepSeconds + config.hand_over_ms (group mode) + "
+            "config.shutdown_grace_ms (+ 10 s for the last snapshots with config.journal and "
+            "config.snapshot_interval_ms on): must stay below terminationGracePeriodSeconds "
+            "(55s), got 5s + 15000 ms + 26000 ms + 10000 ms",
         ),
         (
             {

@@ -181,6 +181,10 @@ class FakeSource:
         self.quiet = False  # stop_reading: nothing more is polled
         self.epochs: dict[tuple[str, int], int] = {}  # resumes so far, per partition
         self.owners: dict[int, str] = {}  # as a group would share them
+        self.warm_asked: set[int] = set()  # what the group asks this member to warm
+        self.warm_reported: list[frozenset[int]] = []  # what the member said it keeps warm
+        self.leaving = False
+        self.alone = True  # after leave(): nobody takes over (a test may say otherwise)
         self._on_revoke: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None = None
         #: rebalance listeners running, and the event set when none is: kafka-python runs the
         #: listener inside the consumer thread's poll, and that thread serves the commits
@@ -226,6 +230,18 @@ class FakeSource:
     def owner_urls(self) -> dict[int, str]:
         return dict(self.owners)
 
+    def warm_wanted(self) -> frozenset[int]:
+        return frozenset(self.warm_asked)
+
+    def report_warm(self, partitions: frozenset[int]) -> None:
+        self.warm_reported.append(partitions)
+
+    def leave(self) -> None:
+        self.leaving = True
+
+    def left_alone(self) -> bool:
+        return self.alone
+
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
     ) -> None:
@@ -253,6 +269,14 @@ class FakeSource:
                 if not self._listening:
                     self._listeners_done.set()
                     self._listeners_done = trio.Event()
+
+    def give(self, partitions: set[tuple[str, int]]) -> None:
+        """A group rebalance gives ``partitions`` to this member: held until resumed."""
+        self._assigned.extend(sorted(set(partitions) - set(self._assigned)))
+        self.paused |= partitions
+        for tp in partitions:  # read from the group's committed offset unless resumed elsewhere
+            self.positions[tp] = self._broker.committed.get(tp, 0)
+        self._broker.changed()
 
     async def resume(self, positions: Mapping[tuple[str, int], int | None]) -> None:
         for tp, asked in positions.items():

@@ -178,16 +178,21 @@ Fails on combinations the schema cannot express, naming the values involved.
 {{- if eq (int .Values.service.port) (int .Values.service.metricsPort) }}
 {{- fail (printf "service.metricsPort: must differ from service.port (%d): a Service cannot list a port twice" (int .Values.service.port)) }}
 {{- end }}
-{{- /* The grace period counts from the pre-stop hook: the pause, then the service's own stop,
-then (with snapshots on) the snapshotter's last snapshots, which serve ends after 10 s. */}}
+{{- /* The grace period counts from the pre-stop hook: the pause, then (group mode) the
+hand-over to warm next owners, then the service's own stop, then (with snapshots on) the
+snapshotter's last snapshots, which serve ends after 10 s. */}}
 {{- $preStopSeconds := int64 .Values.lifecycle.preStopSleepSeconds }}
+{{- $handOverMs := 0 }}
+{{- if eq .Values.partitionAssignment.mode "group" }}
+{{- $handOverMs = int64 $cfg.hand_over_ms }}
+{{- end }}
 {{- $graceMs := int64 $cfg.shutdown_grace_ms }}
 {{- $lastSnapshotsMs := 0 }}
 {{- if and $cfg.journal (gt (int64 $cfg.snapshot_interval_ms) 0) }}
 {{- $lastSnapshotsMs = 10000 }}
 {{- end }}
-{{- if ge (add (mul $preStopSeconds 1000) $graceMs $lastSnapshotsMs) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
-{{- fail (printf "lifecycle.preStopSleepSeconds + config.shutdown_grace_ms (+ 10 s for the last snapshots with config.journal and config.snapshot_interval_ms on): must stay below terminationGracePeriodSeconds (%ds), got %ds + %d ms + %d ms" (int64 .Values.terminationGracePeriodSeconds) $preStopSeconds $graceMs $lastSnapshotsMs) }}
+{{- if ge (add (mul $preStopSeconds 1000) $handOverMs $graceMs $lastSnapshotsMs) (mul (int64 .Values.terminationGracePeriodSeconds) 1000) }}
+{{- fail (printf "lifecycle.preStopSleepSeconds + config.hand_over_ms (group mode) + config.shutdown_grace_ms (+ 10 s for the last snapshots with config.journal and config.snapshot_interval_ms on): must stay below terminationGracePeriodSeconds (%ds), got %ds + %d ms + %d ms + %d ms" (int64 .Values.terminationGracePeriodSeconds) $preStopSeconds $handOverMs $graceMs $lastSnapshotsMs) }}
 {{- end }}
 {{- end }}
 

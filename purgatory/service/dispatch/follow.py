@@ -25,6 +25,12 @@ happens to a partition, and is the only one that does:
   The source calls it off the consumer's heartbeats (see
   :mod:`purgatory.service.kafka.source`).
 
+* **warm**: the group asks this replica to keep partitions warm before they move here; the
+  :class:`~purgatory.service.dispatch.standby.Standbys` rebuild and tail them, and a restore
+  of a partition given here takes its standby over (it replays only the journal's last
+  records). A graceful stop first asks the group to move every partition away this way
+  (:meth:`Follower.leave`), serving them until each has gone.
+
 While a partition is not serving, its HTTP inputs answer 503 with Retry-After
 (``NotServingError``), and ``/readyz`` reports its state, its restore's progress and, when it
 waits, why.
@@ -40,6 +46,7 @@ import trio
 
 from purgatory._core import BadRecordError, TransportError
 from purgatory.service.dispatch.dispatcher import Dispatcher
+from purgatory.service.dispatch.standby import Standbys
 from purgatory.service.egress.outbox import Outbox
 from purgatory.service.journal.changelog import Changelog, Gate
 from purgatory.service.journal.release import Release
@@ -136,6 +143,13 @@ class Follower:
         self._config = config
         self.table = table
         self.progress: dict[int, Progress] = {}  # each held partition's latest restore
+        self.standbys = Standbys(
+            reader,
+            dispatcher.table,
+            changelog_topic=config.changelog_topic,
+            snapshots_topic=config.snapshots_topic,
+            on_warm=source.report_warm,
+        )
         self._dropped: dict[int, trio.Event] = {}  # handing over: set once it is dropped
 
     # -- what the rest of the service reads ----------------------------------------------------
@@ -164,13 +178,25 @@ class Follower:
         """Follow the source's assignment until cancelled: take what it gives, restore what is
         due, hand over what it took away."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.standbys.run)
             while True:
                 self._look(nursery)
                 await trio.sleep(self._config.poll_s)
 
+    async def leave(self, *, within_s: float) -> None:
+        """A graceful stop: ask the group to move every partition held to the other replicas,
+        each once warm there, and serve them until they have gone, nobody is left to take them,
+        or ``within_s`` has passed."""
+        until_s = trio.current_time() + within_s
+        self._source.leave()
+        while self.held() and not self._source.left_alone() and trio.current_time() < until_s:
+            await trio.sleep(self._config.poll_s)
+        _log.info("partitions_left", held=sorted(self.held()), alone=self._source.left_alone())
+
     def _look(self, nursery: trio.Nursery) -> None:
         now = trio.current_time()
         held = self.held()
+        self.standbys.want(self._source.warm_wanted(), keep=held)
         topics = self._config.input_topics
         paused = {p for t, p in self._source.held() if t in topics}
         table = self.table
@@ -237,6 +263,9 @@ class Follower:
         """
         if self._changelog is not None:  # transactional: earlier writers fenced before the read
             await self._changelog.open_partition(partition)
+        warm = await self.standbys.take(partition, status)
+        if warm is not None:
+            return warm
         if self._reader is None:  # no journal: the partition starts empty
             status.seconds = 0.0
             engine = self._partitions.new_engine(partition, start_ms=0)

@@ -18,6 +18,11 @@ holds it unread while :func:`restore_partition` rebuilds its engine:
 
 It gives the rebuilt engine, the outcomes to re-send and the positions to resume at to its
 caller (:mod:`purgatory.service.dispatch.follow`, which serves the partition with them).
+
+A warm standby (:mod:`purgatory.service.dispatch.standby`) does steps 1 and 2 before the
+partition is its own (:func:`stand_by`), then goes on replaying the journal as its owner
+appends to it (:meth:`Standing.catch_up`); a restore from it (``restore_partition(...,
+standby=)``) reads only what was appended since, usually the old owner's last batches.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from purgatory.service.kafka.transport import ConsumedRecord, LogReader
 from purgatory.service.snapshots.snapshots import find_latest
 from purgatory.service.telemetry.logging import get_logger
 
-__all__ = ["Progress", "Replayer", "Restored", "restore_partition"]
+__all__ = ["Progress", "Replayer", "Restored", "Standing", "restore_partition", "stand_by"]
 
 _log = get_logger()
 
@@ -148,12 +153,74 @@ async def restore_partition(
     config: EngineConfig,
     journal: Callable[[JournalEntry], None] | None,
     progress: Progress,
+    standby: Standing | None = None,
 ) -> Restored:
-    """Rebuild partition ``partition``'s engine: its latest snapshot, then the journal after it.
+    """Rebuild partition ``partition``'s engine: its latest snapshot, then the journal after it
+    (or, from a warm ``standby`` of it, the journal after what it replayed).
 
     ``journal`` is attached to the rebuilt engine (the replay itself is not journaled again).
     The replay runs in the reader's worker thread when it has one, so the event loop keeps
     answering (``/readyz``, other partitions) meanwhile.
+
+    Raises:
+        TransportError: a topic could not be read, or holds a record this version cannot.
+        BadRecordError: a journal entry is damaged.
+    """
+    with _gc_paused():
+        if standby is None:
+            replayer, start = await _from_snapshot(
+                reader,
+                snapshots_topic=snapshots_topic,
+                partition=partition,
+                config=config,
+                journal=journal,
+                progress=progress,
+            )
+        else:
+            replayer, start = standby.replayer, standby.end
+            replayer.progress = progress
+            progress.offset = start
+        began = trio.current_time()
+        end = await reader.read(topic, partition, start, replayer.handle)
+    progress.tail_s = trio.current_time() - began
+    progress.seconds = trio.current_time() - progress.started_s
+    return Restored(
+        replayer.engine, replayer.positions, replayer.resend, replayer.acked, end, progress
+    )
+
+
+@dataclass
+class Standing:
+    """A partition's engine replayed up to offset ``end`` of its journal (a warm standby)."""
+
+    replayer: Replayer
+    end: int
+
+    async def catch_up(self, reader: LogReader, topic: str) -> int:
+        """Replay what the journal gained since; how many records that was.
+
+        Raises:
+            TransportError: the journal could not be read.
+            BadRecordError: a journal entry is damaged.
+        """
+        progress = self.replayer.progress
+        before = progress.records
+        partition = self.replayer.engine.partition
+        self.end = await reader.read(topic, partition, self.end, self.replayer.handle)
+        return progress.records - before
+
+
+async def stand_by(
+    reader: LogReader,
+    *,
+    topic: str,
+    snapshots_topic: str | None,
+    partition: int,
+    config: EngineConfig,
+    journal: Callable[[JournalEntry], None] | None,
+    progress: Progress,
+) -> Standing:
+    """Rebuild ``partition``'s engine as a restore does, for a standby that keeps it current.
 
     Raises:
         TransportError: a topic could not be read, or holds a record this version cannot.
@@ -168,13 +235,9 @@ async def restore_partition(
             journal=journal,
             progress=progress,
         )
-        began = trio.current_time()
         end = await reader.read(topic, partition, start, replayer.handle)
-    progress.tail_s = trio.current_time() - began
     progress.seconds = trio.current_time() - progress.started_s
-    return Restored(
-        replayer.engine, replayer.positions, replayer.resend, replayer.acked, end, progress
-    )
+    return Standing(replayer, end)
 
 
 async def _from_snapshot(

@@ -604,6 +604,25 @@ class KafkaSource:
         with an explicit assignment)."""
         return self._assignor.owners() if self._assignor is not None else {}
 
+    def warm_wanted(self) -> frozenset[int]:
+        """What the group's last assignment asks this member to warm (see the assignor)."""
+        return self._assignor.warmups() if self._assignor is not None else frozenset()
+
+    def report_warm(self, partitions: frozenset[int]) -> None:
+        """Say in the next subscriptions what this member keeps warm (a rebalance when one it
+        was asked for became warm)."""
+        if self._assignor is not None:
+            self._assignor.report_warm(partitions)
+
+    def leave(self) -> None:
+        """Ask the group to move every partition held away, each once warm elsewhere."""
+        if self._assignor is not None:
+            self._assignor.leave()
+
+    def left_alone(self) -> bool:
+        """Whether no other member takes over after :meth:`leave` (true without a group)."""
+        return self._assignor is None or self._assignor.left_alone()
+
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
     ) -> None:

@@ -193,6 +193,26 @@ class RecordSource(Protocol):
         """Where each partition's owner answers, as the group shared it (group mode)."""
         ...
 
+    def warm_wanted(self) -> frozenset[int]:
+        """The partitions the group asks this member to keep warm before they move to it
+        (group mode; otherwise none)."""
+        ...
+
+    def report_warm(self, partitions: frozenset[int]) -> None:
+        """Tell the group which partitions this member keeps warm now (one it asked for that
+        just became warm asks for a rebalance, which moves it here)."""
+        ...
+
+    def leave(self) -> None:
+        """A graceful stop: ask the group to move every partition held to the other members,
+        each once its next owner keeps it warm; they are served here meanwhile."""
+        ...
+
+    def left_alone(self) -> bool:
+        """Whether nobody is left to take this member's partitions after :meth:`leave` (always
+        true outside group mode)."""
+        ...
+
     def on_revoke(
         self, handler: Callable[[frozenset[tuple[str, int]]], Awaitable[None]] | None
     ) -> None:
