@@ -81,7 +81,11 @@ class Snapshotter:
         max_record_bytes: the largest record the broker takes (chunks stay under it).
         tail_every_s: how often the journal is read for what is new.
         wanted: asked before each look: the partitions to keep now (None: no change); the
-            standby then follows the serving replica's partitions as they move.
+            standby then follows the serving replica's partitions as they move, each once it
+            has been wanted for ``settle_s`` (a rollout moves partitions every few seconds:
+            each one rebuilt here would take the CPU from the serving replicas, and the
+            replica that held it wrote its last snapshot as it left).
+        settle_s: see ``wanted``.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class Snapshotter:
         max_record_bytes: int,
         tail_every_s: float = 1.0,
         wanted: Callable[[], Awaitable[Iterable[int] | None]] | None = None,
+        settle_s: float = 30.0,
     ) -> None:
         self._reader = reader
         self._sink = sink
@@ -108,6 +113,8 @@ class Snapshotter:
         self._max_record_bytes = max_record_bytes
         self._tail_every_s = tail_every_s
         self._wanted = wanted
+        self._settle_s = settle_s
+        self._since: dict[int, float] = {}  # partition -> since when it is wanted (trio time)
         self._standby: dict[int, _Standby] = {}
         self.written: list[SnapshotStatistics] = []
 
@@ -121,7 +128,7 @@ class Snapshotter:
             if self._wanted is not None:
                 wanted = await self._wanted()
                 if wanted is not None:
-                    await self.follow(wanted)
+                    await self.follow(wanted, settle_s=self._settle_s)
             await self.tail()
             if trio.current_time() >= next_snapshot:
                 await self.snapshot_all()
@@ -135,15 +142,19 @@ class Snapshotter:
         await self.tail()
         await self.snapshot_all()
 
-    async def follow(self, partitions: Iterable[int]) -> None:
-        """Keep a standby of exactly ``partitions``: restore the new ones, drop the others."""
+    async def follow(self, partitions: Iterable[int], *, settle_s: float = 0.0) -> None:
+        """Keep a standby of exactly ``partitions``: drop the others, restore each new one
+        once it has been wanted for ``settle_s``."""
         wanted = set(partitions)
+        now = trio.current_time()
+        self._since = {p: self._since.get(p, now) for p in wanted}
         for partition in sorted(set(self._standby) - wanted):
             del self._standby[partition]
             gc.unfreeze()  # its engine is cyclic garbage; a restore froze it (see restore.py)
             _log.info("standby_dropped", partition=partition)
         for partition in sorted(wanted - set(self._standby)):
-            await self._restore(partition)
+            if now - self._since[partition] >= settle_s:
+                await self._restore(partition)
 
     async def _restore(self, partition: int) -> None:
         progress = Progress(partition)
