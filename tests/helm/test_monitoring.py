@@ -303,6 +303,9 @@ class _Idle:
     def partition_status(self) -> list[PartitionStatus]:
         return []
 
+    def standby_status(self) -> dict[int, bool]:
+        return {}
+
 
 def _scrape(metrics: Metrics) -> dict[str, float]:
     """The unlabelled samples of a scrape: name -> value."""

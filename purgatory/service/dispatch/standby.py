@@ -109,6 +109,10 @@ class Standbys:
             p for p, s in self._standbys.items() if s.warm and s.unwanted_since is None
         )
 
+    def states(self) -> dict[int, bool]:
+        """Each standby wanted now: whether it is warm (else still rebuilt or catching up)."""
+        return {p: s.warm for p, s in sorted(self._standbys.items()) if s.unwanted_since is None}
+
     def want(self, partitions: frozenset[int], *, keep: frozenset[int] = frozenset()) -> None:
         """Keep standbys of ``partitions`` (and of those of ``keep`` there are: the partitions
         given here, whose restore may take them over): start the missing ones, drop those

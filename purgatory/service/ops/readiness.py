@@ -89,6 +89,11 @@ class Readiness:
             )
         return statuses
 
+    def standby_status(self) -> dict[int, bool]:
+        """The warm standbys kept for the group (``/readyz``, the metrics): whether each is
+        warm yet."""
+        return self._follower.standbys.states()
+
     def readiness(self) -> dict[str, object]:
         """``/readyz``: whether the service serves, each held partition's restore, the topics'
         partition counts, once a count changed why no input is taken, and the journal's
@@ -108,6 +113,9 @@ class Readiness:
                     **({"reason": s.reason} if s.reason else {}),
                 }
                 for s in self.partition_status()
+            },
+            "standbys": {
+                str(p): "warm" if warm else "warming" for p, warm in self.standby_status().items()
             },
         }
 

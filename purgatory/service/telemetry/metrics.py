@@ -160,6 +160,8 @@ class Status(Protocol):
 
     def partition_status(self) -> list[PartitionStatus]: ...
 
+    def standby_status(self) -> dict[int, bool]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Sources:
@@ -171,6 +173,7 @@ class _Sources:
     ready: Callable[[], bool]
     partitions: Callable[[], list[PartitionStatus]]
     journal: Callable[[], ChangelogStatistics] | None
+    standbys: Callable[[], dict[int, bool]]
 
 
 # (name, help, value from the record) for each source's gauges.
@@ -234,6 +237,11 @@ _RESTORE_SECONDS = (
     "purgatory_partition_restore_seconds",
     "How long the partition's restore took (so far, while it runs).",
 )
+_STANDBY = (
+    "purgatory_standby_partition",
+    "Per partition the group asks this replica to keep warm before it moves here: 1 once warm"
+    " (rebuilt and caught up with its journal), 0 while it is rebuilt.",
+)
 _JOURNAL_PENDING = (
     "purgatory_journal_pending_entries",
     "Journal entries recorded that the broker has not acknowledged yet.",
@@ -295,6 +303,7 @@ class _ScrapeCollector(Collector):
 def _partition_gauges(sources: _Sources) -> Iterator[Metric]:
     try:
         held = sources.partitions()
+        standbys = sources.standbys()
         journal = sources.journal() if sources.journal is not None else None
     except Exception as exc:
         _log.error("metrics_source_failed", source="partitions/journal", error=repr(exc))
@@ -309,6 +318,10 @@ def _partition_gauges(sources: _Sources) -> Iterator[Metric]:
         families[1].add_metric(label, status.records)
         families[2].add_metric(label, status.seconds)
     yield from families
+    standby = GaugeMetricFamily(*_STANDBY, labels=["partition"])
+    for partition, warm in standbys.items():
+        standby.add_metric([str(partition)], 1 if warm else 0)
+    yield standby
     if journal is not None:
         yield GaugeMetricFamily(*_JOURNAL_PENDING, value=journal.pending_entries)
         yield GaugeMetricFamily(*_JOURNAL_UNACKNOWLEDGED, value=journal.unacknowledged_s)
@@ -343,6 +356,7 @@ def _gauge_docs() -> list[tuple[str, str]]:
         _PARTITION_SERVING,
         _RESTORE_RECORDS,
         _RESTORE_SECONDS,
+        _STANDBY,
         _JOURNAL_PENDING,
         _JOURNAL_UNACKNOWLEDGED,
         _JOURNAL_STALLED,
@@ -521,6 +535,7 @@ class Metrics:
             status.is_ready,
             status.partition_status,
             journal.statistics if journal is not None else None,
+            status.standby_status,
         )
 
     def bind_snapshots(

@@ -145,6 +145,9 @@ class Fakes:
     def partition_status(self) -> list[PartitionStatus]:
         return [PartitionStatus(0, True, 12, 0.5), PartitionStatus(1, False, 3, 0.1)]
 
+    def standby_status(self) -> dict[int, bool]:
+        return {2: True, 3: False}
+
 
 def scrape(metrics: Metrics) -> dict[str, list[Sample]]:
     body, content_type = metrics.render()
@@ -193,7 +196,7 @@ def test_names_follow_the_conventions() -> None:
     families = text_string_to_metric_families(metrics.render()[0].decode())
     # The text format shows each counter's and histogram's creation time as a `_created` gauge.
     kinds = {f.name: f.type for f in families if not f.name.endswith("_created")}
-    assert len(metrics.names()) == 51
+    assert len(metrics.names()) == 52
     for name in metrics.names():
         assert re.fullmatch(r"purgatory_[a-z0-9_]+", name), name
         family = name.removesuffix("_total")
@@ -237,6 +240,8 @@ def test_gauges_are_computed_at_scrape_time() -> None:
     assert value(first, "purgatory_reaper_max_lateness_seconds") == 0.02
     assert value(first, "purgatory_consumer_lag", topic="purgatory.signals", partition="0") == 3
     assert value(first, "purgatory_ready") == 1
+    assert value(first, "purgatory_standby_partition", partition="2") == 1  # warm
+    assert value(first, "purgatory_standby_partition", partition="3") == 0  # being rebuilt
 
     fakes.engine = dataclasses.replace(ENGINE, pending=13, sequence=105)
     fakes.executor = dataclasses.replace(EXECUTOR, queued=0, last_lag_ms=0)
