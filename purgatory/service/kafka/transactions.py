@@ -14,7 +14,12 @@ group commit side by side.
 
 Failures are sorted for the caller: a fenced producer is let go (``ProducerFencedError``, also
 when the broker refuses the offsets because the consumer group moved on without this member:
-its partitions are another member's now); a
+its partitions are another member's now); offsets refused because a rebalance this member takes
+part in began a new generation while the transaction was open (the group's warm moves make
+such rebalances routine) abort the transaction, to be tried again with the new generation
+(``TransactionAbortedError``): the member holds its partitions through a cooperative
+rebalance, and should one move, its next owner's ``init_transactions`` fences this producer
+before that owner restores, so a transaction that still commits is in the journal it reads; a
 record refused for good (larger than the broker takes, a ``reply_to`` topic that does not exist)
 aborts the transaction and says which (``RecordRefusedError``); anything else aborts it and may
 succeed if tried again (``TransactionAbortedError``). A producer that cannot even abort is
@@ -79,6 +84,10 @@ _LEFT_GROUP = frozenset(
         "FencedInstanceIdError",
     }
 )
+#: How long a transaction whose offsets the group refused waits for this member to join the
+#: group's new generation (a rebalance under way) before it counts as left behind.
+_REJOIN_WAIT_S = 5.0
+_REJOIN_LOOK_S = 0.05
 #: Errors of one record that no retry can help (the others abort the whole transaction).
 _RECORD_REFUSED = frozenset(
     {
@@ -138,6 +147,7 @@ class KafkaTransactions:
         }
         self._producers: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._closed = threading.Event()  # set when every producer closes (ends a wait)
 
     def transactional_id(self, partition: int) -> str:
         """Partition ``partition``'s transactional id."""
@@ -180,6 +190,7 @@ class KafkaTransactions:
 
     async def aclose(self) -> None:
         """Let every producer go."""
+        self._closed.set()
         for partition in sorted(self._producers):
             await self.close(partition)
 
@@ -205,6 +216,7 @@ class KafkaTransactions:
         self, producer: Any, records: Sequence[OutRecord], offsets: dict[tuple[str, int], int]
     ) -> list[int | None]:
         futures: list[Any] = []
+        used: object = None  # the group metadata the offsets went with
         try:
             producer.begin_transaction()
             for index, record in enumerate(records):
@@ -222,12 +234,13 @@ class KafkaTransactions:
                         raise
                     raise _RefusedError(index, f"{type(exc).__name__}: {exc}") from exc
             if offsets:
+                used = self._group_metadata()
                 producer.send_offsets_to_transaction(
                     {
                         TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
                         for (t, p), o in offsets.items()
                     },
-                    self._group_metadata(),
+                    used,
                 )
             # Every record sent, or failed, before the commit: kafka-python 3.0 commits a
             # transaction one of whose records expired unsent (a broker away longer than the
@@ -247,6 +260,12 @@ class KafkaTransactions:
         except KafkaError as exc:
             if _fenced(exc):
                 raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
+            if type(exc).__name__ in _LEFT_GROUP and self._rejoined(used):
+                self._abort(producer, exc)
+                raise TransactionAbortedError(
+                    f"a rebalance began a new generation of the group during the transaction:"
+                    f" {type(exc).__name__}: {exc}"
+                ) from exc
             if type(exc).__name__ in _LEFT_GROUP:
                 with contextlib.suppress(KafkaError):
                     producer.abort_transaction()
@@ -260,6 +279,19 @@ class KafkaTransactions:
             self._abort(producer, exc)
             raise TransactionAbortedError(f"{type(exc).__name__}: {exc}") from exc
         return [future.value.offset if future.succeeded() else None for future in futures]
+
+    def _rejoined(self, used: object) -> bool:
+        """Whether this member is (within :data:`_REJOIN_WAIT_S`) in a newer generation of the
+        group than the one ``used`` named: the offsets were refused by a rebalance, not because
+        the group left this member behind."""
+        before = _generation(used)
+        for look in range(round(_REJOIN_WAIT_S / _REJOIN_LOOK_S) + 1):
+            if look:
+                self._closed.wait(_REJOIN_LOOK_S)  # a pause of the worker thread, not a clock
+            now = self._group_metadata()
+            if _generation(now) > before >= 0 and bool(getattr(now, "member_id", "")):
+                return True
+        return False
 
     @staticmethod
     def _abort(producer: Any, cause: BaseException) -> None:
@@ -305,6 +337,12 @@ def _refused_index(futures: Sequence[Any]) -> int | None:
 def _future_failure(future: Any) -> SendFailure:
     exc = future.exception
     return SendFailure(f"{type(exc).__name__}: {exc}", retriable=False)
+
+
+def _generation(metadata: object) -> int:
+    """The group generation a metadata snapshot names (-1: none)."""
+    generation = getattr(metadata, "generation_id", -1)
+    return generation if isinstance(generation, int) else -1
 
 
 def _close(producer: Any) -> None:

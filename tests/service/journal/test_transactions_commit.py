@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from kafka.errors import CommitFailedError, KafkaTimeoutError, MessageSizeTooLargeError
+from kafka.structs import ConsumerGroupMetadata
 
 from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.transactions import KafkaTransactions
 from purgatory.service.kafka.transport import (
     OutRecord,
+    ProducerFencedError,
     RecordRefusedError,
     TransactionAbortedError,
 )
@@ -49,6 +51,7 @@ class _Producer:
 
     failures: dict[int, BaseException] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    refuse_commit: BaseException | None = None
 
     def begin_transaction(self) -> None:
         self.calls.append("begin")
@@ -67,6 +70,8 @@ class _Producer:
 
     def commit_transaction(self) -> None:
         self.calls.append("commit")
+        if self.refuse_commit is not None:
+            raise self.refuse_commit
 
     def abort_transaction(self) -> None:
         self.calls.append("abort")
@@ -103,3 +108,45 @@ def test_a_record_refused_for_good_aborts_and_is_named() -> None:
         _transactions()._commit(producer, RECORDS, OFFSETS)
     assert refused.value.index == 1 and not refused.value.failure.retriable
     assert "commit" not in producer.calls and producer.calls[-1] == "abort"
+
+
+class _Group:
+    """The consumer's group membership as the transaction reads it: each read is the next one
+    of ``generations`` (the last one stays), with ``member`` as the member id."""
+
+    def __init__(self, *generations: int, member: str = "m-1") -> None:
+        self._generations = list(generations)
+        self._member = member
+
+    def __call__(self) -> ConsumerGroupMetadata:
+        generation = (
+            self._generations.pop(0) if len(self._generations) > 1 else self._generations[0]
+        )
+        return ConsumerGroupMetadata("g", generation, self._member)
+
+
+def _refused_by_the_group(group: _Group) -> _Producer:
+    producer = _Producer(refuse_commit=CommitFailedError("consumer group metadata mismatch"))
+    transactions = KafkaTransactions(
+        KafkaClientConfig(bootstrap_servers="127.0.0.1:1"), id_prefix="g", group_metadata=group
+    )
+    transactions._closed.set()  # no real pause between two looks at the membership
+    with pytest.raises((TransactionAbortedError, ProducerFencedError)) as raised:
+        transactions._commit(producer, RECORDS, OFFSETS)
+    producer.calls.append(type(raised.value).__name__)
+    return producer
+
+
+def test_offsets_refused_by_a_rebalance_this_member_is_part_of_are_tried_again() -> None:
+    # The offsets went with generation 4; a rebalance (a warm move, say) began generation 5,
+    # which this member joined: the transaction aborts, to be tried again with generation 5.
+    producer = _refused_by_the_group(_Group(4, 4, 5))
+    assert producer.calls[-2:] == ["abort", "TransactionAbortedError"]
+
+
+def test_offsets_refused_with_no_newer_generation_for_this_member_are_a_fence() -> None:
+    # The group moved on without this member (a zombie that has not rejoined): fenced.
+    producer = _refused_by_the_group(_Group(4))
+    assert producer.calls[-1] == "ProducerFencedError"
+    left = _refused_by_the_group(_Group(4, 5, member=""))  # evicted: no member id any more
+    assert left.calls[-1] == "ProducerFencedError"
