@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -159,14 +160,7 @@ class Standbys:
             "partition_restoring", partition=partition, standby=True, offset=standby.standing.end
         )
         return await restore_partition(
-            self._reader,
-            topic=self._changelog,
-            snapshots_topic=self._snapshots,
-            partition=partition,
-            config=self._partitions.config,
-            journal=self._partitions.journal(partition),
-            progress=progress,
-            standby=standby.standing,
+            self._reader, **self._journal_of(partition), progress=progress, standby=standby.standing
         )
 
     async def _keep(self, standby: _Standby) -> None:
@@ -200,13 +194,7 @@ class Standbys:
         if standby.standing is None:
             progress = Progress(partition)
             standby.standing = await rebuild_standby(
-                self._reader,
-                topic=self._changelog,
-                snapshots_topic=self._snapshots,
-                partition=partition,
-                config=self._partitions.config,
-                journal=self._partitions.journal(partition),
-                progress=progress,
+                self._reader, **self._journal_of(partition), progress=progress
             )
             _log.info(
                 "standby_restored",
@@ -217,6 +205,16 @@ class Standbys:
             )
             return self._warm_records + 1
         return await standby.standing.catch_up(self._reader, self._changelog)
+
+    def _journal_of(self, partition: int) -> dict[str, Any]:
+        """Where ``partition``'s journal and snapshots are, and how its engine is built."""
+        return {
+            "topic": self._changelog,
+            "snapshots_topic": self._snapshots,
+            "partition": partition,
+            "config": self._partitions.config,
+            "journal": self._partitions.journal(partition),
+        }
 
     def _report(self) -> None:
         warm = self.warm()

@@ -166,26 +166,27 @@ async def restore_partition(
         TransportError: a topic could not be read, or holds a record this version cannot.
         BadRecordError: a journal entry is damaged.
     """
-    with _gc_paused():
-        if standby is None:
-            replayer, start = await _from_snapshot(
-                reader,
-                snapshots_topic=snapshots_topic,
-                partition=partition,
-                config=config,
-                journal=journal,
-                progress=progress,
-            )
-        else:
-            replayer, start = standby.replayer, standby.end
-            replayer.progress = progress
-            progress.offset = start
-        began = trio.current_time()
-        end = await reader.read(topic, partition, start, replayer.handle)
-    progress.tail_s = trio.current_time() - began
+    if standby is None:
+        standby = await stand_by(
+            reader,
+            topic=topic,
+            snapshots_topic=snapshots_topic,
+            partition=partition,
+            config=config,
+            journal=journal,
+            progress=progress,
+        )
+    else:
+        with _gc_paused():
+            standby.replayer.progress = progress
+            progress.offset = standby.end
+            began = trio.current_time()
+            await standby.catch_up(reader, topic)
+        progress.tail_s = trio.current_time() - began
     progress.seconds = trio.current_time() - progress.started_s
+    replayer = standby.replayer
     return Restored(
-        replayer.engine, replayer.positions, replayer.resend, replayer.acked, end, progress
+        replayer.engine, replayer.positions, replayer.resend, replayer.acked, standby.end, progress
     )
 
 
@@ -235,7 +236,9 @@ async def stand_by(
             journal=journal,
             progress=progress,
         )
+        began = trio.current_time()
         end = await reader.read(topic, partition, start, replayer.handle)
+    progress.tail_s = trio.current_time() - began
     progress.seconds = trio.current_time() - progress.started_s
     return Standing(replayer, end)
 

@@ -11,15 +11,18 @@ them, or ``hand_over_ms`` has passed).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import trio
 import trio.testing
 
 from purgatory._codec import RegisterRequest
+from purgatory.service.app import Service
 from purgatory.service.dispatch.follow import Follower
 from purgatory.service.settings import Settings
 from tests.service.dispatch.test_hand_over import MOVED, SETTINGS, TAKEN, _member
-from tests.service.fake_kafka import FakeTransport
+from tests.service.fake_kafka import FakeSource, FakeTransport
 from tests.service.journal.test_durability import REQUESTS, _broker
 
 
@@ -45,46 +48,51 @@ async def _until(check: object, *, within_s: float = 30.0) -> None:
             await trio.sleep(0.05)
 
 
-async def test_a_partition_given_warm_replays_only_the_journal_after_its_standby(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+@asynccontextmanager
+async def _owner_and_next(
+    ops: int,
+) -> AsyncIterator[tuple[str, Service, FakeSource, Service, FakeSource]]:
+    """The partition's owner with ``ops`` registrations journaled in it, and a member that
+    serves partition 0 only and is asked to warm ``MOVED``, once it keeps it warm: the scope,
+    then each one's service and source."""
     broker = _broker()
     scope = _scope(broker, MOVED)
     async with _member(broker, [0, MOVED], seed=0, fake=FakeTransport(broker)) as (old, source):
-        await _register(old, scope, range(300))
+        await _register(old, scope, range(ops))
         async with _member(broker, [0], seed=1, fake=FakeTransport(broker)) as (new, taker):
-            follower: Follower = new.follower
-            assert follower.standbys.warm() == frozenset()
+            assert new.follower.standbys.warm() == frozenset()
             taker.warm_asked = {MOVED}  # the group asks the next owner to warm it
-            await _until(lambda: MOVED in follower.standbys.warm())
+            await _until(lambda: MOVED in new.follower.standbys.warm())
             assert taker.warm_reported[-1] == frozenset({MOVED})
-            await _register(old, scope, range(300, 310))  # the owner goes on meanwhile
-            await source.revoke(TAKEN)  # round one: the old owner hands it over
-            taker.give(TAKEN)  # round two: given to the warm next owner
-            await _until(lambda: MOVED in new.table.serving())
-            replayed = follower.progress[MOVED].entries
-            # Only what the owner appended after the standby's last replay (the 10 last
-            # registrations), never the whole journal's 310; and every write the old owner
-            # acknowledged is there.
-            assert replayed == 10, replayed
-            assert all(new.reads.lookup(scope, f"op{n}") is not None for n in range(310))
-            assert follower.standbys.warm() == frozenset()  # taken over, no standby left
+            yield scope, old, source, new, taker
+
+
+async def test_a_partition_given_warm_replays_only_the_journal_after_its_standby(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with _owner_and_next(300) as (scope, old, source, new, taker):
+        follower: Follower = new.follower
+        await _register(old, scope, range(300, 310))  # the owner goes on meanwhile
+        await source.revoke(TAKEN)  # round one: the old owner hands it over
+        taker.give(TAKEN)  # round two: given to the warm next owner
+        await _until(lambda: MOVED in new.table.serving())
+        replayed = follower.progress[MOVED].entries
+        # Only what the owner appended after the standby's last replay (the 10 last
+        # registrations), never the whole journal's 310; and every write the old owner
+        # acknowledged is there.
+        assert replayed == 10, replayed
+        assert all(new.reads.lookup(scope, f"op{n}") is not None for n in range(310))
+        assert follower.standbys.warm() == frozenset()  # taken over, no standby left
 
 
 async def test_a_standby_the_group_no_longer_asks_for_is_dropped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    broker = _broker()
-    scope = _scope(broker, MOVED)
-    async with _member(broker, [0, MOVED], seed=0, fake=FakeTransport(broker)) as (old, _):
-        await _register(old, scope, range(50))
-        async with _member(broker, [0], seed=1, fake=FakeTransport(broker)) as (new, taker):
-            taker.warm_asked = {MOVED}
-            await _until(lambda: MOVED in new.follower.standbys.warm())
-            taker.warm_asked = set()  # the partition stays where it is
-            await _until(lambda: new.follower.standbys.warm() == frozenset())
-            assert taker.warm_reported[-1] == frozenset()
-            assert new.table.serving() == {0}
+    async with _owner_and_next(50) as (_, _old, _source, new, taker):
+        taker.warm_asked = set()  # the partition stays where it is
+        await _until(lambda: new.follower.standbys.warm() == frozenset())
+        assert taker.warm_reported[-1] == frozenset()
+        assert new.table.serving() == {0}
 
 
 async def test_a_graceful_stop_serves_until_the_group_has_moved_its_partitions(
