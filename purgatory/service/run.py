@@ -152,8 +152,11 @@ async def _snapshot_until_stopped(settings: Settings) -> None:
         transport.open_reader(read_committed=delivery_mode(settings).read_committed) as reader,
         transport.open_sink() as sink,
     ):
+        # Group mode: none at first, then those the service beside holds (each once it stays:
+        # a start that rebuilt every partition, to drop most of them a few seconds later, took
+        # the CPU of every restart in a rollout from the replicas that carried the load).
         static = settings.kafka_static_partitions
-        partitions = static or range(await reader.partition_count(settings.topic_changelog))
+        partitions = static or ()
         snapshotter = Snapshotter(
             reader,
             sink,
