@@ -260,18 +260,8 @@ class KafkaTransactions:
         except KafkaError as exc:
             if _fenced(exc):
                 raise ProducerFencedError(f"{type(exc).__name__}: {exc}") from exc
-            if type(exc).__name__ in _LEFT_GROUP and self._rejoined(used):
-                self._abort(producer, exc)
-                raise TransactionAbortedError(
-                    f"a rebalance began a new generation of the group during the transaction:"
-                    f" {type(exc).__name__}: {exc}"
-                ) from exc
             if type(exc).__name__ in _LEFT_GROUP:
-                with contextlib.suppress(KafkaError):
-                    producer.abort_transaction()
-                raise ProducerFencedError(
-                    f"the consumer group moved on without this member: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise self._refused_by_the_group(producer, exc, used) from exc
             refused_at = _refused_index(futures)
             if refused_at is not None:
                 self._abort(producer, exc)
@@ -279,6 +269,24 @@ class KafkaTransactions:
             self._abort(producer, exc)
             raise TransactionAbortedError(f"{type(exc).__name__}: {exc}") from exc
         return [future.value.offset if future.succeeded() else None for future in futures]
+
+    def _refused_by_the_group(
+        self, producer: Any, exc: KafkaError, used: object
+    ) -> TransactionAbortedError | ProducerFencedError:
+        """The transaction's offsets were refused for the group's generation: aborted to be
+        tried again when a rebalance this member takes part in began a newer one, else fenced
+        (the group moved on without this member)."""
+        if self._rejoined(used):
+            self._abort(producer, exc)
+            return TransactionAbortedError(
+                f"a rebalance began a new generation of the group during the transaction:"
+                f" {type(exc).__name__}: {exc}"
+            )
+        with contextlib.suppress(KafkaError):
+            producer.abort_transaction()
+        return ProducerFencedError(
+            f"the consumer group moved on without this member: {type(exc).__name__}: {exc}"
+        )
 
     def _rejoined(self, used: object) -> bool:
         """Whether this member is (within :data:`_REJOIN_WAIT_S`) in a newer generation of the
