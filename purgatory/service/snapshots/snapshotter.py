@@ -81,10 +81,11 @@ class Snapshotter:
         max_record_bytes: the largest record the broker takes (chunks stay under it).
         tail_every_s: how often the journal is read for what is new.
         wanted: asked before each look: the partitions to keep now (None: no change); the
-            standby then follows the serving replica's partitions as they move, each once it
-            has been wanted for ``settle_s`` (a rollout moves partitions every few seconds:
-            each one rebuilt here would take the CPU from the serving replicas, and the
-            replica that held it wrote its last snapshot as it left).
+            standby then follows the serving replica's partitions as they move: those of its
+            first answer at once (a new group's, while the service restores them too), each
+            later one once it has been wanted for ``settle_s`` (a rollout moves partitions
+            every few seconds: each one rebuilt here would take the CPU from the serving
+            replicas, and the replica that held it wrote its last snapshot as it left).
         settle_s: see ``wanted``.
     """
 
@@ -123,12 +124,14 @@ class Snapshotter:
         await self.follow(self._partitions)
         task_status.started()
         next_snapshot = trio.current_time() + self._interval_s
+        settle_s = 0.0  # what the service holds when first asked is followed at once
         while True:
             await trio.sleep(self._tail_every_s)
             if self._wanted is not None:
                 wanted = await self._wanted()
                 if wanted is not None:
-                    await self.follow(wanted, settle_s=self._settle_s)
+                    await self.follow(wanted, settle_s=settle_s)
+                    settle_s = self._settle_s
             await self.tail()
             if trio.current_time() >= next_snapshot:
                 await self.snapshot_all()

@@ -185,15 +185,20 @@ async def test_a_damaged_snapshot_is_skipped_for_the_one_before_it(
     assert await find_latest(reader, topic=SNAPSHOTS, partition=0) is None
 
 
-@pytest.mark.parametrize("settle_s", [1.0, 60.0])
+@pytest.mark.parametrize(
+    ("start", "first", "settle_s"),
+    [([0], [0], 1.0), ([0], [0], 60.0), ([], [1], 60.0)],
+    ids=["settles", "moves-on-first", "first-answer-at-once"],
+)
 async def test_a_snapshotter_follows_the_partitions_the_service_beside_it_holds(
-    settle_s: float, autojump_clock: trio.testing.MockClock
+    start: list[int], first: list[int], settle_s: float, autojump_clock: trio.testing.MockClock
 ) -> None:
     broker = _broker()
     for i in range(20):
         _register(broker, f"s{i}", f"op{i}", ["k"], timeout_ms=3_600_000)
     stop = trio.Event()
-    held: list[list[int] | None] = [[0], [0], None, [1]]  # what the service says, look by look
+    # What the service says, look by look (None: it cannot say).
+    held: list[list[int] | None] = [first, first, None, [1]]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
         await trio.sleep(1)  # journaled
@@ -209,7 +214,7 @@ async def test_a_snapshotter_follows_the_partitions_the_service_beside_it_holds(
                 changelog_topic=CHANGELOG,
                 snapshots_topic=SNAPSHOTS,
                 config=SETTINGS.to_engine_config(),
-                partitions=[0],
+                partitions=start,
                 interval_ms=500,
                 max_record_bytes=4_096,
                 tail_every_s=0.2,
@@ -223,7 +228,9 @@ async def test_a_snapshotter_follows_the_partitions_the_service_beside_it_holds(
         stop.set()
     order = [s.partition for s in snapshotter.written]
     manifests = {r.partition for r in broker.records(SNAPSHOTS) if r.key == MANIFEST_KEY}
-    if settle_s < 3:  # partition 0 first, then 1 once the service held it for settle_s
+    if not start:  # the service's first answer is followed at once, whatever settle_s
+        assert set(order) == manifests == {1}
+    elif settle_s < 3:  # partition 0 first, then 1 once the service held it for settle_s
         assert order[0] == 0 and 1 in order
         assert 0 not in order[order.index(1) :]  # and 0 no more: its standby was dropped
         assert manifests == {0, 1}
