@@ -300,10 +300,8 @@ class Replayer:
         engine: the engine (its journal, if any, does not record the replay).
         positions: the input positions reached so far (updated).
         acked: the delivered mark so far.
-        resend: outcomes after ``acked`` so far (kept only with ``keep_resend``).
+        resend: outcomes after ``acked`` so far (kept until :meth:`forget_resend`).
         progress: counts to update.
-        keep_resend: keep the outcomes after the delivered mark (a restore re-sends them; a
-            snapshotter does not need them).
     """
 
     def __init__(
@@ -314,14 +312,19 @@ class Replayer:
         acked: int = 0,
         resend: list[Outcome] | None = None,
         progress: Progress,
-        keep_resend: bool = True,
     ) -> None:
         self.engine = engine
         self.positions = positions if positions is not None else {}
         self.acked = acked
         self.resend = resend if resend is not None else []
         self.progress = progress
-        self._keep = keep_resend
+        self._keep = True
+
+    def forget_resend(self) -> None:
+        """Keep no outcome after the delivered mark from now on (a restore re-sends them; a
+        snapshotter does not need them)."""
+        self._keep = False
+        self.resend = []
 
     def handle(self, batch: list[ConsumedRecord]) -> None:
         """Apply one batch of changelog records (may run in the reader's worker thread)."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import trio
 
 from purgatory._core import EngineConfig, TransportError, snapshot_engine
-from purgatory.service.journal.restore import Progress, Replayer, restore_partition
+from purgatory.service.journal.restore import Progress, Standing, stand_by
 from purgatory.service.kafka.transport import LogReader, RecordSink
 from purgatory.service.snapshots.snapshots import write_snapshot
 from purgatory.service.telemetry.logging import get_logger
@@ -57,14 +57,13 @@ class SnapshotStatistics:
 
 
 class _Standby:
-    def __init__(self, partition: int, replayer: Replayer, journal_end: int) -> None:
+    def __init__(self, partition: int, standing: Standing) -> None:
         self.partition = partition
-        self.replayer = replayer
-        self.journal_end = journal_end
+        self.standing = standing
         self.snapshot_at = -1  # the journal offset of the last snapshot written
 
     def dirty(self) -> bool:
-        return self.journal_end != self.snapshot_at
+        return self.standing.end != self.snapshot_at
 
 
 class Snapshotter:
@@ -161,7 +160,7 @@ class Snapshotter:
 
     async def _restore(self, partition: int) -> None:
         progress = Progress(partition)
-        restored = await restore_partition(
+        standing = await stand_by(
             self._reader,
             topic=self._changelog,
             snapshots_topic=self._snapshots,
@@ -170,30 +169,22 @@ class Snapshotter:
             journal=None,
             progress=progress,
         )
-        replayer = Replayer(
-            restored.engine,
-            positions=restored.positions,
-            acked=restored.acked,
-            progress=progress,
-            keep_resend=False,
-        )
-        standby = _Standby(partition, replayer, restored.journal_end)
+        standing.replayer.forget_resend()
+        standby = _Standby(partition, standing)
         if not progress.records:  # nothing journaled since the last snapshot (or at all)
-            standby.snapshot_at = restored.journal_end
+            standby.snapshot_at = standing.end
         self._standby[partition] = standby
         _log.info(
             "standby_restored",
             partition=partition,
-            journal_end=restored.journal_end,
-            pending=restored.engine.statistics().pending,
+            journal_end=standing.end,
+            pending=standing.replayer.engine.statistics().pending,
         )
 
     async def tail(self) -> None:
         """Replay what the journal gained since the last look."""
         for standby in self._standby.values():
-            standby.journal_end = await self._reader.read(
-                self._changelog, standby.partition, standby.journal_end, standby.replayer.handle
-            )
+            await standby.standing.catch_up(self._reader, self._changelog)
 
     async def snapshot_all(self) -> None:
         """Snapshot every partition whose journal grew since its last snapshot."""
@@ -205,7 +196,8 @@ class Snapshotter:
                     _log.warning("snapshot_failed", partition=standby.partition, error=str(exc))
 
     async def _snapshot(self, standby: _Standby) -> SnapshotStatistics:
-        engine = standby.replayer.engine
+        replayer, journal_end = standby.standing.replayer, standby.standing.end
+        engine = replayer.engine
         cpu = time.process_time()
         data = snapshot_engine(engine)
         cpu_s = time.process_time() - cpu
@@ -214,13 +206,13 @@ class Snapshotter:
             topic=self._snapshots,
             data=data,
             partition=standby.partition,
-            journal_offset=standby.journal_end,
+            journal_offset=journal_end,
             clock_ms=engine.clock_ms,
-            input_positions=standby.replayer.positions,
-            delivered=standby.replayer.acked,
+            input_positions=replayer.positions,
+            delivered=replayer.acked,
             max_record_bytes=self._max_record_bytes,
         )
-        standby.snapshot_at = standby.journal_end
+        standby.snapshot_at = journal_end
         stats = SnapshotStatistics(
             partition=standby.partition,
             pending=engine.statistics().pending,
