@@ -106,9 +106,7 @@ class Standbys:
 
     def warm(self) -> frozenset[int]:
         """The partitions kept warm now (and wanted)."""
-        return frozenset(
-            p for p, s in self._standbys.items() if s.warm and s.unwanted_since is None
-        )
+        return frozenset(p for p, warm in self.states().items() if warm)
 
     def states(self) -> dict[int, bool]:
         """Each standby wanted now: whether it is warm (else still rebuilt or catching up)."""

@@ -110,12 +110,11 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         )
         topics = sorted({t for m in members for t in m.metadata.topics})
         numbers = sorted({p for t in topics for p in (cluster.partitions_for_topic(t) or ())})
-        claims = _claims(members)
         docs = {m.member_id: _document(m.metadata.user_data) for m in ranked}
         candidates = [
             Candidate(
                 m.member_id,
-                claims=frozenset(p for p, ids in claims.items() if m.member_id in ids),
+                claims=_claimed(m),
                 warm=frozenset(_numbers(docs[m.member_id].get("warm"))),
                 leaving=docs[m.member_id].get("leaving") is True,
             )
@@ -124,7 +123,7 @@ class CoPartitionedAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         decided = plan(candidates, numbers)
         owners: dict[int, str] = {}
         for member in ranked:
-            url = _url_of(member.metadata.user_data)
+            url = _url_in(docs[member.member_id])
             if url is not None:
                 owners.update(dict.fromkeys(decided.owned[member.member_id], url))
         result = {}
@@ -223,11 +222,11 @@ class Plan:
 
 def plan(ranked: Sequence[Candidate], numbers: Sequence[int]) -> Plan:
     """Assign ``numbers`` to the members ``ranked`` (see the module docstring)."""
-    targets = _targets(ranked, numbers)
     claimants: dict[int, list[str]] = {}
     for member in ranked:
         for partition in member.claims:
             claimants.setdefault(partition, []).append(member.member_id)
+    targets = _targets(ranked, numbers, claimants)
     warm = {m.member_id: m.warm for m in ranked}
     decided = Plan(owned={m.member_id: [] for m in ranked})
     decided.alone = all(m.leaving for m in ranked)
@@ -250,14 +249,16 @@ def plan(ranked: Sequence[Candidate], numbers: Sequence[int]) -> Plan:
     return decided
 
 
-def _targets(ranked: Sequence[Candidate], numbers: Sequence[int]) -> dict[int, str]:
+def _targets(
+    ranked: Sequence[Candidate], numbers: Sequence[int], claimants: Mapping[int, list[str]]
+) -> dict[int, str]:
     """Where each partition should be: sticky, balanced over the members not leaving."""
     eligible = [m for m in ranked if not m.leaving] or list(ranked)
     n, k = len(numbers), len(eligible)
     if not k:
         return {}
     wanted = set(numbers)
-    counted = {p for p in numbers if sum(p in m.claims for m in ranked) == 1}
+    counted = {p for p in numbers if len(claimants.get(p, ())) == 1}
     load = {m.member_id: len(m.claims & counted) for m in eligible}
     by_load = sorted(range(k), key=lambda i: -load[eligible[i].member_id])
     quota = {eligible[i].member_id: n // k + (rank < n % k) for rank, i in enumerate(by_load)}
@@ -288,15 +289,11 @@ def _numbers(value: object) -> list[int]:
     return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def _claims(members: Sequence[Any]) -> dict[int, set[str]]:
-    """``{partition number: ids of the members that say they own it}``, from the members'
-    subscriptions (a version-0 subscription claims nothing)."""
-    claims: dict[int, set[str]] = {}
-    for member in members:
-        for entry in getattr(member.metadata, "owned_partitions", None) or ():
-            for partition in entry.partitions:
-                claims.setdefault(partition, set()).add(member.member_id)
-    return claims
+def _claimed(member: Any) -> frozenset[int]:
+    """The partition numbers a member's subscription says it owns (a version-0 subscription
+    claims nothing)."""
+    owned = getattr(member.metadata, "owned_partitions", None) or ()
+    return frozenset(p for entry in owned for p in entry.partitions)
 
 
 def _document(user_data: object) -> dict[str, Any]:
@@ -308,8 +305,8 @@ def _document(user_data: object) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _url_of(user_data: object) -> str | None:
-    url = _document(user_data).get("url")
+def _url_in(doc: Mapping[str, Any]) -> str | None:
+    url = doc.get("url")
     return url if isinstance(url, str) and url else None
 
 
