@@ -18,6 +18,7 @@ from purgatory.service.app import Service, topics_of
 from purgatory.service.journal.restore import Progress, Restored, restore_partition
 from purgatory.service.kafka.transport import RecordSink
 from purgatory.service.settings import Settings
+from purgatory.service.snapshots import snapshotter as snapshotter_module
 from purgatory.service.snapshots.snapshots import (
     CHUNK_KEY,
     MANIFEST_KEY,
@@ -310,3 +311,58 @@ async def test_the_last_snapshots_at_a_stop_leave_the_next_owner_no_tail(
         assert restored.journal_end == len(broker.topics[CHANGELOG][partition])
         pending += restored.engine.statistics().pending
     assert pending == 40
+
+
+async def test_a_bulk_load_is_snapshotted_before_the_interval(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A partition whose journal gained at least ``EARLY_SNAPSHOT_ENTRIES`` entries since its
+    last snapshot, and at least a quarter as many as that snapshot held operations, is
+    snapshotted at the next look; a smaller growth waits for the interval."""
+    monkeypatch.setattr(snapshotter_module, "EARLY_SNAPSHOT_ENTRIES", 10)
+    broker = _broker()
+
+    async def journal(scopes: str) -> None:
+        """Register an operation in each scope of ``scopes`` (``"0"``: s0, ``"1"``: s1) through
+        a service, stopped once it has journaled them all."""
+        for scope in scopes:
+            ident = f"op{len(broker.records(REQUESTS))}"
+            _register(broker, f"s{scope}", ident, [ident], timeout_ms=3_600_000)
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
+            for _ in range(1_000):
+                await trio.sleep(0.1)
+                ends = {(REQUESTS, p): len(log) for p, log in enumerate(broker.topics[REQUESTS])}
+                if all(broker.committed.get(tp, 0) >= end for tp, end in ends.items()):
+                    break
+            stop.set()
+
+    async def look(snapshotter: Snapshotter) -> list[tuple[int, int]]:
+        """One look of the snapshotter between two intervals; the snapshots written so far."""
+        await snapshotter.tail()
+        await snapshotter.snapshot_all(grown=True)
+        return sorted((s.partition, s.pending) for s in snapshotter.written)
+
+    p0, p1 = (broker.partition_for(CHANGELOG, scope.encode()) for scope in ("s0", "s1"))
+    assert p0 != p1
+    await journal("0" * 10 + "1" * 30)  # a bulk load into empty partitions
+    reader = FakeReader(broker)
+    async with FakeTransport(broker).open_sink() as sink:
+        snapshotter = _snapshotter(reader, sink, 3_600_000)  # no periodic snapshot meanwhile
+        async with trio.open_nursery() as nursery:  # its loop snapshots them before the interval
+            nursery.start_soon(snapshotter.run)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        first = sorted([(p0, 10), (p1, 30)])
+        assert sorted((s.partition, s.pending) for s in snapshotter.written) == first
+        await journal("0" + "1" * 3)  # fewer entries than EARLY_SNAPSHOT_ENTRIES
+        assert await look(snapshotter) == first
+        await journal("0" * 80)  # more than a quarter of the 10 it held: snapshotted
+        assert await look(snapshotter) == sorted([*first, (p0, 91)])
+        await journal("0" * 15)  # more than EARLY_SNAPSHOT_ENTRIES, not a quarter of 91
+        assert await look(snapshotter) == sorted([*first, (p0, 91)])
+        await snapshotter.snapshot_all()  # the interval's snapshot takes every one that grew
+        assert sorted((s.partition, s.pending) for s in snapshotter.written[3:]) == sorted(
+            [(p0, 106), (p1, 33)]
+        )
