@@ -224,9 +224,6 @@ class FakeSource:
     def partition_count(self, topic: str) -> int:
         return len(self._broker.topics[topic])
 
-    def group_metadata(self) -> object:
-        return "g"
-
     def owner_urls(self) -> dict[int, str]:
         return dict(self.owners)
 
@@ -419,16 +416,12 @@ class FakeTransport:
             yield FakeReader(self.broker, link=self.link)
 
     @asynccontextmanager
-    async def open_transactions(
-        self, *, id_prefix: str, group_metadata: Callable[[], object]
-    ) -> AsyncIterator[Any]:
+    async def open_transactions(self, *, id_prefix: str, group_id: str) -> AsyncIterator[Any]:
         from tests.service.fake_transactions import FakeProducers, Transactions  # noqa: PLC0415
 
         if self.transactions is None:
             self.transactions = Transactions(self.broker)
-        yield FakeProducers(
-            self.transactions, id_prefix, group_metadata, ack_delay_s=self.ack_delay_s
-        )
+        yield FakeProducers(self.transactions, id_prefix, group_id, ack_delay_s=self.ack_delay_s)
 
     @asynccontextmanager
     async def open_sink(self) -> AsyncIterator[FakeSink]:

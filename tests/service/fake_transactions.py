@@ -23,7 +23,7 @@ committed as they land.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -186,7 +186,7 @@ class FakeProducers:
 
     coordinator: Transactions
     id_prefix: str
-    group_metadata: Callable[[], object]
+    group_id: str
     ack_delay_s: float = 0.002
     epochs: dict[int, int] = field(default_factory=dict)
 
@@ -240,7 +240,7 @@ class FakeProducers:
             await trio.sleep(self.ack_delay_s)
             await self.broker.stall.wait()
             if offsets:
-                assert self.group_metadata() is not None
+                assert self.group_id
                 coordinator.send_offsets(txid, epoch, offsets)
                 self.broker.step("txn-offsets")
             coordinator.commit(txid, epoch)

@@ -119,7 +119,7 @@ async def test_the_composition_root_hands_few_callables_between_parts(
             assignment=None,
         ) as source,
         transport.open_transactions(
-            id_prefix=settings.kafka_group_id, group_metadata=source.group_metadata
+            id_prefix=settings.kafka_group_id, group_id=settings.kafka_group_id
         ) as transactions,
     ):
         service = Service(

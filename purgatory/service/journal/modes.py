@@ -218,7 +218,7 @@ class Transactional:
     ) -> AsyncIterator[Transactions | None]:
         """A transactional producer per partition, committing the source group's offsets."""
         async with transport.open_transactions(
-            id_prefix=self.settings.kafka_group_id, group_metadata=source.group_metadata
+            id_prefix=self.settings.kafka_group_id, group_id=self.settings.kafka_group_id
         ) as transactions:
             yield transactions
 

@@ -11,7 +11,6 @@ describe.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -108,13 +107,13 @@ class KafkaTransport:
         return open_kafka_reader(self.config, read_committed=read_committed)
 
     def open_transactions(
-        self, *, id_prefix: str, group_metadata: Callable[[], object]
+        self, *, id_prefix: str, group_id: str
     ) -> AbstractAsyncContextManager[KafkaTransactions]:
         """One transactional producer per partition (transactional delivery)."""
         return open_kafka_transactions(
             self.config,
             id_prefix=id_prefix,
-            group_metadata=group_metadata,
+            group_id=group_id,
             transaction_timeout_ms=self.transaction_timeout_ms,
             max_request_bytes=self.max_request_bytes,
         )

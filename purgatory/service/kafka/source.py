@@ -590,15 +590,6 @@ class KafkaSource:
         """The assigned partitions paused until :meth:`resume` (with ``hold=True``)."""
         return self._thread.held
 
-    def group_metadata(self) -> object:
-        """The consumer's group membership now (kafka-python's ``ConsumerGroupMetadata``: a
-        transaction that commits offsets with it is refused once this member has left the
-        group, KIP-447), or the group's id before the consumer connected."""
-        consumer = self._thread.consumer
-        if consumer is None or self._group_id is None:
-            return self._group_id
-        return consumer.group_metadata()
-
     def owner_urls(self) -> dict[int, str]:
         """``{partition: owner's URL}`` as the group shared it at the last rebalance (empty
         with an explicit assignment)."""

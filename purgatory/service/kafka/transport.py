@@ -234,11 +234,6 @@ class RecordSource(Protocol):
         its resumes so far)."""
         ...
 
-    def group_metadata(self) -> object:
-        """What a transaction needs to commit this source's offsets for its group (opaque:
-        kafka-python's ``ConsumerGroupMetadata``, or the group's id)."""
-        ...
-
     def stop_reading(self) -> None:
         """A graceful stop: hand over no more records, but keep taking part in the group
         (heartbeats, rebalances, commits) until the source closes."""
@@ -336,8 +331,8 @@ class Transport(Protocol):
         ...
 
     def open_transactions(
-        self, *, id_prefix: str, group_metadata: Callable[[], object]
+        self, *, id_prefix: str, group_id: str
     ) -> AbstractAsyncContextManager[Transactions]:
         """Transactional producers, ``{id_prefix}-{partition}`` each, committing offsets for
-        the group ``group_metadata()`` describes (the source's)."""
+        the group ``group_id`` (the source's)."""
         ...

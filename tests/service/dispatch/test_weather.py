@@ -50,7 +50,7 @@ async def _restart_with(
             fake.open_sink() as sink,
             fake.open_reader(read_committed=coordinator is not None) as reader,
             fake.open_source(topics=list(INPUTS), group_id="g", assignment=None) as source,
-            fake.open_transactions(id_prefix="g", group_metadata=source.group_metadata)
+            fake.open_transactions(id_prefix="g", group_id="g")
             if coordinator is not None
             else _nothing() as txns,
         ):

@@ -68,7 +68,7 @@ async def _serve(
         fake.open_sink() as sink,
         fake.open_reader(read_committed=True) as reader,
         fake.open_source(topics=list(INPUTS), group_id="g", assignment=None) as source,
-        fake.open_transactions(id_prefix="g", group_metadata=source.group_metadata) as txns,
+        fake.open_transactions(id_prefix="g", group_id="g") as txns,
     ):
         service = Service(
             settings,

@@ -15,13 +15,11 @@ from typing import Any
 
 import pytest
 from kafka.errors import CommitFailedError, KafkaTimeoutError, MessageSizeTooLargeError
-from kafka.structs import ConsumerGroupMetadata
 
 from purgatory.service.kafka.config import KafkaClientConfig
 from purgatory.service.kafka.transactions import KafkaTransactions
 from purgatory.service.kafka.transport import (
     OutRecord,
-    ProducerFencedError,
     RecordRefusedError,
     TransactionAbortedError,
 )
@@ -52,6 +50,7 @@ class _Producer:
     failures: dict[int, BaseException] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     refuse_commit: BaseException | None = None
+    group: object = None  # what the offsets went with
 
     def begin_transaction(self) -> None:
         self.calls.append("begin")
@@ -64,6 +63,7 @@ class _Producer:
 
     def send_offsets_to_transaction(self, offsets: Any, group: object) -> None:
         self.calls.append("offsets")
+        self.group = group
 
     def flush(self) -> None:
         self.calls.append("flush")
@@ -83,7 +83,7 @@ OFFSETS = {("requests", 0): 7}
 
 def _transactions() -> KafkaTransactions:
     return KafkaTransactions(
-        KafkaClientConfig(bootstrap_servers="127.0.0.1:1"), id_prefix="g", group_metadata=object
+        KafkaClientConfig(bootstrap_servers="127.0.0.1:1"), id_prefix="g", group_id="g"
     )
 
 
@@ -92,6 +92,7 @@ def test_a_transaction_whose_records_were_all_sent_commits_after_a_flush() -> No
     offsets = _transactions()._commit(producer, RECORDS, OFFSETS)
     assert offsets == [100, 101]
     assert producer.calls == ["begin", "send", "send", "offsets", "flush", "commit"]
+    assert producer.group == "g"  # the group's id, no member generation for the broker to check
 
 
 def test_a_record_that_expired_unsent_aborts_the_transaction_to_be_tried_again() -> None:
@@ -110,43 +111,10 @@ def test_a_record_refused_for_good_aborts_and_is_named() -> None:
     assert "commit" not in producer.calls and producer.calls[-1] == "abort"
 
 
-class _Group:
-    """The consumer's group membership as the transaction reads it: each read is the next one
-    of ``generations`` (the last one stays), with ``member`` as the member id."""
-
-    def __init__(self, *generations: int, member: str = "m-1") -> None:
-        self._generations = list(generations)
-        self._member = member
-
-    def __call__(self) -> ConsumerGroupMetadata:
-        generation = (
-            self._generations.pop(0) if len(self._generations) > 1 else self._generations[0]
-        )
-        return ConsumerGroupMetadata("g", generation, self._member)
-
-
-def _refused_by_the_group(group: _Group) -> _Producer:
+def test_offsets_the_group_refuses_abort_the_transaction_to_be_tried_again() -> None:
+    # The offsets go with the group's id alone, so no rebalance refuses them; should the group
+    # refuse them anyway, the epoch is what fences: the transaction is aborted and tried again.
     producer = _Producer(refuse_commit=CommitFailedError("consumer group metadata mismatch"))
-    transactions = KafkaTransactions(
-        KafkaClientConfig(bootstrap_servers="127.0.0.1:1"), id_prefix="g", group_metadata=group
-    )
-    transactions._closed.set()  # no real pause between two looks at the membership
-    with pytest.raises((TransactionAbortedError, ProducerFencedError)) as raised:
-        transactions._commit(producer, RECORDS, OFFSETS)
-    producer.calls.append(type(raised.value).__name__)
-    return producer
-
-
-def test_offsets_refused_by_a_rebalance_this_member_is_part_of_are_tried_again() -> None:
-    # The offsets went with generation 4; a rebalance (a warm move, say) began generation 5,
-    # which this member joined: the transaction aborts, to be tried again with generation 5.
-    producer = _refused_by_the_group(_Group(4, 4, 5))
-    assert producer.calls[-2:] == ["abort", "TransactionAbortedError"]
-
-
-def test_offsets_refused_with_no_newer_generation_for_this_member_are_a_fence() -> None:
-    # The group moved on without this member (a zombie that has not rejoined): fenced.
-    producer = _refused_by_the_group(_Group(4))
-    assert producer.calls[-1] == "ProducerFencedError"
-    left = _refused_by_the_group(_Group(4, 5, member=""))  # evicted: no member id any more
-    assert left.calls[-1] == "ProducerFencedError"
+    with pytest.raises(TransactionAbortedError, match="CommitFailedError"):
+        _transactions()._commit(producer, RECORDS, OFFSETS)
+    assert producer.calls[-1] == "abort"

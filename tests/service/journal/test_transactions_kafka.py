@@ -2,14 +2,16 @@
 
 On Apache Kafka: a second producer of a partition fences the first before it can commit; a
 ``read_committed`` reader sees a committed transaction whole and an aborted one not at all; the
-offsets sent with a transaction become the group's; a record refused for good (a topic that
-does not exist, a record over the producer's limit) aborts its transaction and is named. On
+offsets sent with a transaction become the group's, whatever its members and generation; a
+record refused for good (a topic that does not exist, a record over the producer's limit)
+aborts its transaction and is named. On
 the embedded broker, which accepts the calls but fences nobody, the start-time probe refuses
 transactional delivery with a message that says what to do.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -46,7 +48,7 @@ def _producers(broker: Broker, prefix: str, group: str) -> KafkaTransactions:
     return KafkaTransactions(
         KafkaClientConfig(broker.bootstrap_servers),
         id_prefix=prefix,
-        group_metadata=lambda: group,
+        group_id=group,
         max_request_bytes=10_000,
         metadata_timeout_ms=2_000,
     )
@@ -77,6 +79,76 @@ def _committed_offset(broker: Broker, group: str, topic: str, expected: int) -> 
         return offset
     finally:
         consumer.close()
+
+
+class _Members:
+    """Members of one group, each polled by a thread of its own until :meth:`close` (a member
+    that stops polling would hold up the next rebalance)."""
+
+    def __init__(self, broker: Broker, group: str, topic: str) -> None:
+        self._broker, self._group, self._topic = broker, group, topic
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def join(self) -> int:
+        """One more member; the group generation it joined (within 30 s)."""
+        joined: list[int] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            consumer = KafkaConsumer(
+                self._topic,
+                bootstrap_servers=self._broker.bootstrap_servers,
+                group_id=self._group,
+                enable_auto_commit=False,
+            )
+            try:
+                while not self._stop.is_set():
+                    consumer.poll(timeout_ms=100)
+                    metadata = consumer.group_metadata()
+                    if not ready.is_set() and metadata.member_id and metadata.generation_id > 0:
+                        joined.append(metadata.generation_id)
+                        ready.set()
+            finally:
+                consumer.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        assert ready.wait(30), f"a member of {self._group!r} did not join within 30 s"
+        return joined[0]
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+
+@pytest.mark.parametrize("kafka_broker", ["kafka"], indirect=True)
+async def test_offsets_are_taken_whatever_the_groups_members_and_generation(
+    kafka_broker: Broker,
+) -> None:
+    """The offsets go with the group's id alone: Kafka takes them while the group has live
+    members, and again after a rebalance began a new generation (a member that joins), where
+    offsets sent with the member's generation would be refused."""
+    out, inputs = _topics(kafka_broker)
+    prefix, group = f"p{uuid.uuid4().hex[:8]}", f"g{uuid.uuid4().hex[:8]}"
+    await check_transactions(
+        KafkaClientConfig(kafka_broker.bootstrap_servers), transactional_id=f"{prefix}-probe"
+    )
+    producers = _producers(kafka_broker, prefix, group)
+    members = _Members(kafka_broker, group, inputs)
+    try:
+        first = await trio.to_thread.run_sync(members.join)
+        await producers.open(0)
+        await producers.commit(0, [OutRecord(out, b"k", b"one", partition=0)], {(inputs, 0): 5})
+        assert await trio.to_thread.run_sync(members.join) > first  # a rebalance came between
+        await producers.commit(0, [OutRecord(out, b"k", b"two", partition=0)], {(inputs, 0): 9})
+    finally:
+        await producers.aclose()
+        await trio.to_thread.run_sync(members.close)
+    assert [r.value for r in await _read_committed(kafka_broker, out)] == [b"one", b"two"]
+    assert await trio.to_thread.run_sync(_committed_offset, kafka_broker, group, inputs, 9) == 9
 
 
 @pytest.mark.parametrize("kafka_broker", ["kafka"], indirect=True)

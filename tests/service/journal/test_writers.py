@@ -64,8 +64,8 @@ async def test_the_transactional_writer_voids_what_a_newer_owner_fenced(
         raise AssertionError("nothing is refused here")
 
     async with (
-        old.open_transactions(id_prefix="g", group_metadata=object) as mine,
-        new.open_transactions(id_prefix="g", group_metadata=object) as theirs,
+        old.open_transactions(id_prefix="g", group_id="g") as mine,
+        new.open_transactions(id_prefix="g", group_id="g") as theirs,
     ):
         writer = TransactionalWriter(
             mine, topic=CHANGELOG, undeliverable=undeliverable, own_topics=(CHANGELOG,)

@@ -44,12 +44,8 @@ from tests.service.end_to_end.test_sigkill import (
 BARRIERS = 24
 TIMERS = 24
 SESSION_EVICTION_S = 16.0  # the consumer's 10 s session timeout, the rebalance, the restore
-#: What a fence by the broker says: the producer's epoch, or the group's generation.
-_BY_THE_BROKER = (
-    "ProducerFencedError",
-    "InvalidProducerEpochError",
-    "moved on without this member",
-)
+#: What a fence by the broker says: the producer's epoch is not the transactional id's.
+_BY_THE_BROKER = ("ProducerFencedError", "InvalidProducerEpochError")
 #: A's events that tell its partitions' lives after the wake, shown whole when a check fails.
 _LIFE_EVENTS = (
     "partition_fenced",
@@ -121,10 +117,9 @@ def _check_fence(before: list[dict[str, object]], fence: dict[str, object], stor
 
     By its producer's epoch (``ProducerFencedError``; ``InvalidProducerEpochError`` for a
     transaction A left open when it froze, whose records the partition's leader refuses once
-    B's ``init_transactions`` aborted it: transactions.py counts both as fenced), or by its
-    offsets' group generation (KIP-447: the group moved on without it). A partition already
-    fenced has no producer left: a later commit of it is refused as fenced too ("no open
-    transactional producer"), which must follow a fence of its own. Any other fence of a
+    B's ``init_transactions`` aborted it: transactions.py counts both as fenced). A partition
+    already fenced has no producer left: a later commit of it is refused as fenced too ("no
+    open transactional producer"), which must follow a fence of its own. Any other fence of a
     partition fenced before comes from a second round of A's: A took the partition again (a
     restore of it since that fence), since its consumer had not yet heard that the group moved
     on; never a second commit of the engine fenced first.
