@@ -20,7 +20,7 @@ generation, and the broker then refused the offsets of every transaction open ac
 group's warm moves begin several rebalances per replica that leaves); retried, those
 transactions held their partitions' writes for a second or more each time. Measured in the
 rollout test, transactional, on one day: 28, 38 and 75 % of the writes answered within 2 s
-with the generation, 99.8 % without.
+with the generation, 99.80-99.96 % without.
 
 Failures are sorted for the caller: a fenced producer is let go (``ProducerFencedError``); a
 record refused for good (larger than the broker takes, a ``reply_to`` topic that does not exist)
