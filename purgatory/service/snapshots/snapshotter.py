@@ -251,7 +251,7 @@ class Snapshotter:
         standby.pending_at = engine.pending_operations
         stats = SnapshotStatistics(
             partition=standby.partition,
-            pending=engine.statistics().pending,
+            pending=standby.pending_at,
             bytes=len(data),
             chunks=manifest.chunks,
             journal_offset=manifest.journal_offset,

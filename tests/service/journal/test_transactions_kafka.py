@@ -4,9 +4,9 @@ On Apache Kafka: a second producer of a partition fences the first before it can
 ``read_committed`` reader sees a committed transaction whole and an aborted one not at all; the
 offsets sent with a transaction become the group's, whatever its members and generation; a
 record refused for good (a topic that does not exist, a record over the producer's limit)
-aborts its transaction and is named. On
-the embedded broker, which accepts the calls but fences nobody, the start-time probe refuses
-transactional delivery with a message that says what to do.
+aborts its transaction and is named. On the embedded broker, which accepts the calls but fences
+nobody, the start-time probe refuses transactional delivery with a message that says what to
+do.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from purgatory.service.snapshots.snapshots import (
 )
 from purgatory.service.snapshots.snapshotter import Snapshotter
 from reaper import Clock
+from tests.service.dispatch.test_quotas_paths import _all_committed
 from tests.service.fake_kafka import FakeBroker, FakeReader, FakeTransport
 
 EPOCH_MS = 1_763_780_400_000
@@ -333,8 +334,7 @@ async def test_a_bulk_load_is_snapshotted_before_the_interval(
             nursery.start_soon(lambda: _serve(broker, stop, with_snapshotter=False))
             for _ in range(1_000):
                 await trio.sleep(0.1)
-                ends = {(REQUESTS, p): len(log) for p, log in enumerate(broker.topics[REQUESTS])}
-                if all(broker.committed.get(tp, 0) >= end for tp, end in ends.items()):
+                if _all_committed(broker, SETTINGS):
                     break
             stop.set()
 
